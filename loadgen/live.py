@@ -1,0 +1,151 @@
+"""Live load statistics for snapshots: a sliding window and the cumulative run, bounded.
+
+Fed once per finished request on the runner's loop; read once per snapshot tick. Memory
+is constant: a ring of per-second slots, each with fixed-size histograms, plus one
+cumulative histogram per latency. Exact per-request values live in the journal.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from loadgen.envelope import RequestResult
+from loadgen.stats import LatencyStats, LogHistogram
+
+LATENCIES = ("ttft", "e2e", "itl", "tpot")
+
+
+class ThroughputView(BaseModel):
+    """Counts and rates over one span (the sliding window or the whole load so far)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    span_s: float
+    completed: int
+    failed: int
+    output_tokens: int
+    requests_per_s: float | None
+    output_tokens_per_s: float | None
+    ttft_s: LatencyStats
+    e2e_s: LatencyStats
+    itl_s: LatencyStats
+    tpot_s: LatencyStats
+    failures_by_class: dict[str, int] = Field(default_factory=dict)
+
+
+class _Slot:
+    __slots__ = ("completed", "failed", "failures", "hists", "output_tokens", "second")
+
+    def __init__(self) -> None:
+        self.second = -1
+        self.completed = 0
+        self.failed = 0
+        self.output_tokens = 0
+        self.failures: Counter[str] = Counter()
+        self.hists = {k: LogHistogram() for k in LATENCIES}
+
+    def reset(self, second: int) -> None:
+        self.second = second
+        self.completed = self.failed = self.output_tokens = 0
+        self.failures.clear()
+        for h in self.hists.values():
+            h.counts[:] = 0
+            h.n = 0
+            h.total = 0.0
+            h.max = None
+
+
+class LiveLoadStats:
+    """Sliding-window and cumulative throughput and latency, O(1) memory."""
+
+    def __init__(self, window_s: int = 10) -> None:
+        if window_s < 1:
+            raise ValueError(f"window_s must be >= 1, got {window_s}")
+        self.window_s = window_s
+        self._ring = [_Slot() for _ in range(window_s + 1)]
+        self._cum = _Slot()
+        self._cum.second = 0
+
+    def _slot(self, second: int) -> _Slot:
+        slot = self._ring[second % len(self._ring)]
+        if slot.second != second:
+            slot.reset(second)
+        return slot
+
+    def record(self, r: RequestResult, now_s: float) -> None:
+        """Count one finished request at monotonic time ``now_s`` (seconds since run start)."""
+        if r.cancelled:
+            return
+        for slot in (self._slot(int(now_s)), self._cum):
+            if r.ok:
+                slot.completed += 1
+                slot.output_tokens += r.output_tokens or 0
+            else:
+                slot.failed += 1
+                slot.failures[str(r.failure)] += 1
+        if not r.ok:
+            return
+        lat = request_latencies(r)
+        slot = self._slot(int(now_s))
+        for key in ("ttft", "e2e", "tpot"):
+            v = lat[key]
+            if v is not None:
+                slot.hists[key].add(v)
+                self._cum.hists[key].add(v)
+        if r.itl_ns:
+            gaps = np.asarray(r.itl_ns, dtype=np.float64) / 1e9
+            slot.hists["itl"].add_many(gaps)
+            self._cum.hists["itl"].add_many(gaps)
+
+    def window(self, now_s: float, load_elapsed_s: float) -> ThroughputView:
+        """The last ``window_s`` full seconds (fewer at the start of the load)."""
+        current = int(now_s)
+        merged = _Slot()
+        for slot in self._ring:
+            if current - self.window_s <= slot.second < current:
+                _merge(merged, slot)
+        span = float(min(self.window_s, max(load_elapsed_s, 0.0)))
+        return _view(merged, span)
+
+    def cumulative(self, load_elapsed_s: float) -> ThroughputView:
+        """Everything since the barrier released."""
+        return _view(self._cum, load_elapsed_s)
+
+
+def request_latencies(r: RequestResult) -> dict[str, float | None]:
+    """TTFT, E2E and TPOT in seconds for one request (``None`` where not measurable)."""
+    ttft = (r.first_token_ns - r.sent_ns) / 1e9 if r.first_token_ns is not None else None
+    e2e = (r.end_ns - r.sent_ns) / 1e9 if r.end_ns is not None else None
+    tpot = None
+    if ttft is not None and e2e is not None and r.output_tokens and r.output_tokens > 1:
+        tpot = (e2e - ttft) / (r.output_tokens - 1)
+    return {"ttft": ttft, "e2e": e2e, "tpot": tpot}
+
+
+def _merge(into: _Slot, slot: _Slot) -> None:
+    into.completed += slot.completed
+    into.failed += slot.failed
+    into.output_tokens += slot.output_tokens
+    into.failures.update(slot.failures)
+    for k in LATENCIES:
+        into.hists[k].merge(slot.hists[k])
+
+
+def _view(slot: _Slot, span_s: float) -> ThroughputView:
+    rate = span_s > 0
+    return ThroughputView(
+        span_s=span_s,
+        completed=slot.completed,
+        failed=slot.failed,
+        output_tokens=slot.output_tokens,
+        requests_per_s=slot.completed / span_s if rate else None,
+        output_tokens_per_s=slot.output_tokens / span_s if rate else None,
+        ttft_s=slot.hists["ttft"].stats(),
+        e2e_s=slot.hists["e2e"].stats(),
+        itl_s=slot.hists["itl"].stats(),
+        tpot_s=slot.hists["tpot"].stats(),
+        failures_by_class=dict(slot.failures),
+    )

@@ -1,0 +1,150 @@
+"""Latency statistics: exact percentiles for the record, bounded histograms for live views.
+
+Two kinds of numbers, never mixed up:
+- The record's percentiles are exact, computed from every per-request value in the
+  journal (``requests.jsonl``), with the method named (``nearest-rank`` by default: an
+  observed value; ``linear`` to match numpy and ``vllm bench serve``).
+- Live snapshot percentiles come from fixed-size log histograms (1 % relative bucket
+  width), so memory stays bounded through a multi-hour run. They carry the method
+  ``histogram-1pct`` so nobody mistakes them for exact values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+PercentileMethod = Literal["nearest-rank", "linear"]
+LIVE_METHOD = "histogram-1pct"
+
+_QUANTILES = (50.0, 90.0, 99.0)
+
+
+class LatencyStats(BaseModel):
+    """p50/p90/p99/max/mean of one latency, in seconds, with how they were computed.
+
+    All values are ``None`` when ``n == 0``: missing is not zero.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    mean: float | None = None
+    method: str = "nearest-rank"
+    n: int = 0
+
+
+def percentile(sorted_values: np.ndarray, p: float, method: PercentileMethod) -> float:
+    """The ``p``-th percentile (0 < p ≤ 100) of an ascending, non-empty array."""
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("percentile of no values")
+    if method == "nearest-rank":
+        rank = max(1, math.ceil(p / 100.0 * n))
+        return float(sorted_values[rank - 1])
+    return float(np.percentile(sorted_values, p, method="linear"))
+
+
+def summarize(values: Iterable[float] | np.ndarray, method: PercentileMethod) -> LatencyStats:
+    """Exact summary of all ``values`` (seconds)."""
+    arr = np.sort(np.asarray(values if isinstance(values, np.ndarray) else list(values), float))
+    if arr.size == 0:
+        return LatencyStats(method=method, n=0)
+    p50, p90, p99 = (percentile(arr, q, method) for q in _QUANTILES)
+    return LatencyStats(
+        p50=p50,
+        p90=p90,
+        p99=p99,
+        max=float(arr[-1]),
+        mean=float(arr.mean()),
+        method=method,
+        n=int(arr.size),
+    )
+
+
+class LogHistogram:
+    """Fixed-size histogram of positive values in buckets 1 % wide, 1 µs to ~3 hours.
+
+    Memory is constant (~2,000 int64 counters) whatever the number of observations.
+    Percentiles return the bucket's upper edge, so they overstate by at most 1 %.
+    """
+
+    _GROWTH = 1.01
+    _MIN = 1e-6
+    _LOG_G = math.log(_GROWTH)
+    _N = int(math.log(1e4 / _MIN) / math.log(_GROWTH)) + 2
+
+    __slots__ = ("counts", "max", "n", "total")
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(self._N, dtype=np.int64)
+        self.n = 0
+        self.total = 0.0
+        self.max: float | None = None
+
+    @classmethod
+    def _index(cls, v: float) -> int:
+        if v <= cls._MIN:
+            return 0
+        return min(cls._N - 1, int(math.log(v / cls._MIN) / cls._LOG_G) + 1)
+
+    def add(self, v: float) -> None:
+        """Count one value (seconds)."""
+        self.counts[self._index(v)] += 1
+        self.n += 1
+        self.total += v
+        if self.max is None or v > self.max:
+            self.max = v
+
+    def add_many(self, values: np.ndarray) -> None:
+        """Count many values at once (e.g. one request's inter-token gaps)."""
+        if values.size == 0:
+            return
+        clipped = np.maximum(values, self._MIN)
+        idx = np.minimum(self._N - 1, (np.log(clipped / self._MIN) / self._LOG_G).astype(int) + 1)
+        idx[values <= self._MIN] = 0
+        np.add.at(self.counts, idx, 1)
+        self.n += int(values.size)
+        self.total += float(values.sum())
+        vmax = float(values.max())
+        if self.max is None or vmax > self.max:
+            self.max = vmax
+
+    def merge(self, other: LogHistogram) -> None:
+        """Add ``other``'s counts into this histogram."""
+        self.counts += other.counts
+        self.n += other.n
+        self.total += other.total
+        if other.max is not None and (self.max is None or other.max > self.max):
+            self.max = other.max
+
+    def _upper_edge(self, idx: int) -> float:
+        return self._MIN * self._GROWTH**idx
+
+    def stats(self) -> LatencyStats:
+        """Approximate p50/p90/p99 (bucket upper edge), exact max and mean."""
+        if self.n == 0:
+            return LatencyStats(method=LIVE_METHOD, n=0)
+        cum = np.cumsum(self.counts)
+        out = []
+        for q in _QUANTILES:
+            rank = max(1, math.ceil(q / 100.0 * self.n))
+            idx = int(np.searchsorted(cum, rank))
+            value = self._upper_edge(idx)
+            out.append(min(value, self.max) if self.max is not None else value)
+        return LatencyStats(
+            p50=out[0],
+            p90=out[1],
+            p99=out[2],
+            max=self.max,
+            mean=self.total / self.n,
+            method=LIVE_METHOD,
+            n=self.n,
+        )

@@ -1,0 +1,219 @@
+"""Closed-loop load: N workers behind a start barrier, an issue window, a bounded drain.
+
+One asyncio task per worker (no thread per worker). Each worker first proves it can open
+a connection (a warm-up GET), then waits at the barrier; the timed issue window opens
+only when every worker is ready. A worker that cannot start is counted, with the error,
+and the run is INVALID rather than a silently smaller load (seed 000's lesson).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from loadgen.envelope import RequestResult
+from loadgen.prompts import BodyBuilder, PromptPool
+
+
+class StreamingClient(Protocol):
+    """What the workers need from the HTTP client (``loadgen.client.StreamClient``)."""
+
+    async def warm_connection(self, url: str) -> None: ...
+
+    async def stream(
+        self, url: str, body: bytes, *, request_id: str, worker: int, prompt_id: int
+    ) -> RequestResult: ...
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """Everything the workers need to know about the load."""
+
+    endpoints: tuple[str, ...]
+    """Base URLs; worker ``i`` uses ``endpoints[i % len(endpoints)]``."""
+    concurrency: int
+    duration_s: float | None
+    max_requests: int | None
+    drain_timeout_s: float
+    barrier_timeout_s: float
+    request_id_prefix: str
+    """``<run_id>/load/<api>``; the sequence number is appended."""
+
+
+@dataclass
+class LoadState:
+    """Live counters the runner reads for snapshots (single event loop: no locks)."""
+
+    requested: int = 0
+    workers_started: int = 0
+    start_failures: Counter[str] = field(default_factory=Counter)
+    in_flight: int = 0
+    issued: int = 0
+    barrier_released_ns: int | None = None
+    issue_ended_ns: int | None = None
+    drain_ended_ns: int | None = None
+    stop_reason: str | None = None
+    cancelled_at_drain: int = 0
+
+
+class LoadGenerator:
+    """Runs one closed-loop load and reports each finished request to ``on_result``."""
+
+    def __init__(
+        self,
+        plan: LoadPlan,
+        client: StreamingClient,
+        pool: PromptPool,
+        bodies: BodyBuilder,
+        on_result: Callable[[RequestResult], None],
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self.plan = plan
+        self.state = LoadState(requested=plan.concurrency)
+        self._client = client
+        self._pool = pool
+        self._bodies = bodies
+        self._on_result = on_result
+        self._clock_ns = clock_ns
+        self._all_ready = asyncio.Event()
+        self._release = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready_or_failed = 0
+        self.on_issue_end: Callable[[], None] | None = None
+        """Called once when the issue window closes (the drain begins)."""
+
+    # -- barrier ---------------------------------------------------------------------------
+
+    async def start_workers(self) -> bool:
+        """Create every worker and wait until all are ready or the barrier times out.
+
+        Returns True when all ``concurrency`` workers started.
+        """
+        for i in range(self.plan.concurrency):
+            try:
+                self._tasks.append(asyncio.create_task(self._worker(i), name=f"worker-{i}"))
+            except (RuntimeError, MemoryError) as e:  # pragma: no cover - resource exhaustion
+                self.state.start_failures[f"{type(e).__name__}: {e}"] += 1
+                self._mark_ready_or_failed()
+        try:
+            await asyncio.wait_for(self._all_ready.wait(), self.plan.barrier_timeout_s)
+        except TimeoutError:
+            missing = self.plan.concurrency - self._ready_or_failed
+            if missing:
+                self.state.start_failures["not ready before the barrier timeout"] += missing
+        return self.state.workers_started == self.plan.concurrency
+
+    def _mark_ready_or_failed(self) -> None:
+        self._ready_or_failed += 1
+        if self._ready_or_failed >= self.plan.concurrency:
+            self._all_ready.set()
+
+    # -- issue window and drain ------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Open the barrier, issue until the window closes or stop is asked, then drain."""
+        self.state.barrier_released_ns = self._clock_ns()
+        self._release.set()
+        stop_wait = asyncio.create_task(self._stop.wait())
+        waiters: set[asyncio.Future[object]] = {stop_wait}  # type: ignore[arg-type]
+        if self.plan.duration_s is not None:
+            waiters.add(asyncio.ensure_future(asyncio.sleep(self.plan.duration_s)))
+        workers_done = asyncio.ensure_future(asyncio.gather(*self._tasks, return_exceptions=True))
+        waiters.add(workers_done)  # type: ignore[arg-type]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if not self._stop.is_set():
+            self.stop_issuing("issue window complete")
+        self.state.issue_ended_ns = self._clock_ns()
+        if self.on_issue_end is not None:
+            self.on_issue_end()
+        for w in waiters:
+            if w is not workers_done:
+                w.cancel()
+        await self._drain(workers_done)
+
+    async def _drain(self, workers_done: asyncio.Future[Any]) -> None:
+        done, _ = await asyncio.wait({workers_done}, timeout=self.plan.drain_timeout_s)
+        if not done:
+            self.abort()
+            await asyncio.gather(workers_done, return_exceptions=True)
+        self.state.drain_ended_ns = self._clock_ns()
+
+    def stop_issuing(self, reason: str) -> None:
+        """Graceful stop: no new requests; in-flight ones finish within the drain."""
+        if not self._stop.is_set():
+            self.state.stop_reason = reason
+            self._stop.set()
+
+    def abort(self) -> None:
+        """Cancel every in-flight request now (they are journaled as cancelled)."""
+        self.stop_issuing(self.state.stop_reason or "aborted")
+        self._release.set()
+        for t in self._tasks:
+            t.cancel()
+
+    async def cancel_unstarted(self) -> None:
+        """Tear down workers when the barrier failed (no load is issued)."""
+        self._stop.set()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- the worker ------------------------------------------------------------------------
+
+    def _next_seq(self) -> int | None:
+        if self._stop.is_set():
+            return None
+        limit = self.plan.max_requests
+        if limit is not None and self.state.issued >= limit:
+            self.stop_issuing("request count reached")
+            return None
+        seq = self.state.issued
+        self.state.issued += 1
+        return seq
+
+    async def _worker(self, index: int) -> None:
+        base = self.plan.endpoints[index % len(self.plan.endpoints)]
+        try:
+            await self._client.warm_connection(base + "/v1/models")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.state.start_failures[f"{type(e).__name__}: {e}"[:200]] += 1
+            self._mark_ready_or_failed()
+            return
+        self.state.workers_started += 1
+        self._mark_ready_or_failed()
+        await self._release.wait()
+        url = base + self._bodies.path
+        prefix = self.plan.request_id_prefix
+        while (seq := self._next_seq()) is not None:
+            prompt = self._pool.pick(seq)
+            body = self._bodies.build(self._pool.text_for(seq, prompt))
+            rid = f"{prefix}/{seq}"
+            self.state.in_flight += 1
+            sent = self._clock_ns()
+            try:
+                result = await self._client.stream(
+                    url, body, request_id=rid, worker=index, prompt_id=prompt.id
+                )
+            except asyncio.CancelledError:
+                self.state.cancelled_at_drain += 1
+                self._on_result(
+                    RequestResult(
+                        request_id=rid,
+                        worker=index,
+                        prompt_id=prompt.id,
+                        sent_ns=sent,
+                        cancelled=True,
+                        failure_detail="cancelled by soaktop (drain deadline or abort)",
+                    )
+                )
+                raise
+            finally:
+                self.state.in_flight -= 1
+            self._on_result(result)

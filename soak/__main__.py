@@ -1,0 +1,7 @@
+"""``python -m soak`` is ``soaktop``."""
+
+import sys
+
+from soak.cli import main
+
+sys.exit(main())

@@ -1,0 +1,188 @@
+"""Run configuration: one pydantic model, layered CLI > ``SOAKTOP_*`` env > TOML > defaults.
+
+Every field has a docstring (it is the CLI and TOML reference). Unknown keys are errors.
+A bad value produces a message naming the field, the value and what is allowed, and
+exits 2 before any run directory exists.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration the run cannot start with; ``str()`` is the operator's message."""
+
+
+class RunConfig(BaseModel):
+    """Everything that defines one soak run."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    endpoints: list[str] = Field(min_length=1)
+    """Base URLs of the OpenAI-compatible servers (one per replica), e.g. http://127.0.0.1:8000."""
+    model: str = Field(min_length=1)
+    """Served model name sent in every request (must be listed by /v1/models)."""
+    api: Literal["chat", "completions"] = "chat"
+    """Which streaming API the load uses: /v1/chat/completions or /v1/completions."""
+    concurrency: int = Field(32, ge=1, le=100_000)
+    """Closed-loop workers: each sends its next request when its last one ends."""
+    duration_s: float | None = Field(60.0, gt=0)
+    """Issue window in seconds (the drain comes after it)."""
+    max_requests: int | None = Field(None, ge=1)
+    """Stop issuing after this many requests (with or instead of duration_s)."""
+    max_tokens: int = Field(256, ge=1)
+    """max_tokens of every load request."""
+    ignore_eos: bool = False
+    """Send ignore_eos so every request generates exactly max_tokens (vLLM extension)."""
+    temperature: float | None = Field(None, ge=0)
+    """Sampling temperature; unset leaves the server default. No per-request seed is ever sent."""
+    prompts: Path | None = None
+    """Prompt file: ShareGPT JSON (from/value or role/content) or JSONL of {"prompt": ...}."""
+    synthetic_input_tokens: int | None = Field(None, ge=1)
+    """Synthetic prompts of about this many tokens (calibrated with the server's /tokenize)."""
+    pool_size: int = Field(256, ge=1)
+    """Synthetic prompts in the pool; for files, at most this many are used."""
+    pool_seed: int = 0
+    """Seed for the prompt order and synthetic text (match it across A/B/A arms)."""
+    shared_prefix: bool = False
+    """Synthetic prompts only: let requests share prefixes (by default each gets a unique one)."""
+    label: str = Field("run", pattern=r"^[A-Za-z0-9._-]+$")
+    """Short label in the run id, e.g. baseline-s32."""
+    purpose: str = Field("soak", pattern=r"^[A-Za-z0-9._-]+$")
+    """Purpose in the run id, e.g. reliability."""
+    engine: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
+    """Engine name for the run id; detected from the server when unset."""
+    out: Path = Path("runs")
+    """Directory that receives one run directory per run."""
+    drain_timeout_s: float = Field(120.0, gt=0)
+    """After the issue window, how long in-flight requests may take before they are cancelled."""
+    barrier_timeout_s: float = Field(60.0, gt=0)
+    """How long all workers get to open their connection before the run is INVALID."""
+    connect_timeout_s: float = Field(10.0, gt=0)
+    """TCP connect timeout per request."""
+    read_timeout_s: float = Field(300.0, gt=0)
+    """Longest silence inside a response before it is a read timeout (a generation must fit)."""
+    snapshot_interval_s: float = Field(1.0, gt=0, le=60)
+    """How often the runner appends an aggregated snapshot."""
+    window_s: int = Field(10, ge=1, le=600)
+    """Sliding window of the live throughput and latency figures."""
+    interval_s: float = Field(10.0, gt=0)
+    """Headless mode: seconds between printed status lines."""
+    percentile_method: Literal["nearest-rank", "linear"] = "nearest-rank"
+    """Record percentiles: nearest-rank (an observed value) or linear (numpy, vllm bench)."""
+    max_failures: int = Field(0, ge=0)
+    """Load request failures tolerated before the run FAILS (default: none)."""
+    max_loop_lag_s: float = Field(0.5, gt=0)
+    """Client event-loop lag (p99 over the load) above which latencies are the client's: INVALID."""
+    headless: bool = False
+    """Never open the Textual monitor; print status lines instead."""
+    api_key_env: str | None = None
+    """Name of an environment variable holding the API key (the key never reaches disk)."""
+    redact: bool = False
+    """Drop endpoints, hostnames and paths from everything written to the run directory."""
+
+    @field_validator("endpoints")
+    @classmethod
+    def _check_endpoints(cls, v: list[str]) -> list[str]:
+        out = []
+        for url in v:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"{url!r} is not an http(s) URL like http://127.0.0.1:8000")
+            out.append(url.rstrip("/").removesuffix("/v1"))
+        return out
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> RunConfig:
+        if self.duration_s is None and self.max_requests is None:
+            raise ValueError("set duration_s or max_requests: the issue window needs an end")
+        if self.prompts is not None and self.synthetic_input_tokens is not None:
+            raise ValueError("prompts and synthetic_input_tokens are exclusive: choose one source")
+        if self.prompts is not None and not self.prompts.is_file():
+            raise ValueError(f"prompts file {str(self.prompts)!r} does not exist")
+        return self
+
+    def public_dict(self) -> dict[str, Any]:
+        """The config as written to the run directory (redacted when asked)."""
+        data = self.model_dump(mode="json")
+        if self.redact:
+            data["endpoints"] = [f"<endpoint {i}>" for i in range(len(self.endpoints))]
+            data["out"] = "<redacted>"
+            if data["prompts"]:
+                data["prompts"] = "<redacted>"
+        return data
+
+
+def format_validation_error(err: ValidationError, source: str = "") -> str:
+    """One line per problem: the field, the value given and what is allowed."""
+    lines = []
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "config"
+        if e["type"] == "extra_forbidden":
+            allowed = ", ".join(sorted(RunConfig.model_fields))
+            lines.append(f"unknown key {field!r}{source}; allowed keys: {allowed}")
+            continue
+        value = e.get("input")
+        shown = "" if isinstance(value, dict) else f" = {value!r}"
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{field}{shown}{source}: {msg}")
+    return "\n".join(lines)
+
+
+_LIST_FIELDS = {"endpoints"}
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``SOAKTOP_<FIELD>`` variables for known fields (lists are comma-separated)."""
+    out: dict[str, Any] = {}
+    for name in RunConfig.model_fields:
+        raw = environ.get(f"SOAKTOP_{name.upper()}")
+        if raw is None:
+            continue
+        out[name] = (
+            [s.strip() for s in raw.split(",") if s.strip()] if name in _LIST_FIELDS else raw
+        )
+    return out
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The ``[run]`` table of a TOML file, or its top level when there is no such table."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+    table = data.get("run", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {str(path)!r}: [run] must be a table")
+    return table
+
+
+def load_config(
+    cli: Mapping[str, Any],
+    *,
+    toml_path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    base: Mapping[str, Any] | None = None,
+) -> RunConfig:
+    """Merge ``base`` < TOML < environment < CLI (``None`` CLI values are "not given")."""
+    merged: dict[str, Any] = dict(base or {})
+    src = ""
+    if toml_path is not None:
+        merged.update(read_toml(toml_path))
+        src = f" (config file {toml_path}, environment or command line)"
+    merged.update(env_overrides(os.environ if environ is None else environ))
+    merged.update({k: v for k, v in cli.items() if v is not None})
+    try:
+        return RunConfig.model_validate(merged)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, src)) from None

@@ -1,0 +1,47 @@
+"""Operator controls through the run directory: ``control.jsonl``.
+
+Anyone who can write to the run directory (the TUI, ``soaktop`` commands, a shell over a
+new SSH session) can append ``{"cmd": "stop" | "abort" | "mark", "note": "..."}``; the
+runner reads new lines once per snapshot tick. Signals remain the other channel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+class ControlReader:
+    """Reads lines appended to the control file since the last poll."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def poll(self) -> list[dict[str, Any]]:
+        """New, complete command lines (malformed ones are skipped)."""
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        out = []
+        for line in data[:end].splitlines():
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
+
+
+def send_control(run_dir: Path, cmd: str, note: str = "") -> None:
+    """Append one command for the runner of ``run_dir``."""
+    with (run_dir / "control.jsonl").open("ab") as fh:
+        fh.write(orjson.dumps({"cmd": cmd, "note": note}) + b"\n")

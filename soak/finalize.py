@@ -1,0 +1,131 @@
+"""The end of every run, normal or not: summary → verdict → snapshot → hashes → record."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import socket
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import numpy as np
+import orjson
+
+from loadgen.stats import percentile
+from soak import __version__
+from soak.journal import sha256_file
+from soak.record import (
+    EXIT_CODES,
+    ClientHealth,
+    Identity,
+    RunRecord,
+    summary_csv,
+    write_atomic,
+    write_record,
+)
+from soak.summary import LoadTiming, summarize_load
+from soak.verdict import Findings, decide
+
+if TYPE_CHECKING:
+    from soak.runner import Runner
+
+HASHED_FILES = ("config.json", "events.jsonl", "requests.jsonl", "snapshots.jsonl")
+
+
+def config_sha256(public_config: dict[str, object]) -> str:
+    """Hash of the (public) configuration, key order independent."""
+    return hashlib.sha256(orjson.dumps(public_config, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def build_identity(runner: Runner) -> Identity:
+    """The record's identity section."""
+    cfg = runner.config
+    served = any(cfg.model in {m.get("id") for m in ep.models} for ep in runner.endpoints)
+    engine = cfg.engine or next((e.engine for e in runner.endpoints if e.engine), None)
+    eps = runner.endpoints
+    host: dict[str, object] = {"python": platform.python_version(), "platform": platform.platform()}
+    if cfg.redact:
+        eps = [e.model_copy(update={"url": f"<endpoint {i}>"}) for i, e in enumerate(eps)]
+    else:
+        host["hostname"] = socket.gethostname()
+    return Identity(
+        model=cfg.model,
+        model_served=served,
+        engine=engine or "unknown",
+        endpoints=eps,
+        config_sha256=config_sha256(cfg.public_dict()),
+        prompt_pool=runner.pool.describe() if runner.pool else {},
+        soaktop_version=__version__,
+        host=host,
+        clock=dict(runner.clock),
+    )
+
+
+def client_health(runner: Runner) -> ClientHealth:
+    """Worst-case client figures over the run; loop-lag p99 over the load's ticks."""
+    lags = np.sort(np.asarray(runner.lag.samples, dtype=float))
+    m = runner.health_max
+    return ClientHealth(
+        loop_lag_p99_s=percentile(lags, 99, "nearest-rank") if lags.size else None,
+        loop_lag_max_s=float(lags[-1]) if lags.size else None,
+        cpu_percent_max=m.get("cpu_percent_max"),
+        rss_mb_max=m.get("rss_mb_max"),
+        threads_max=int(m["threads_max"]) if "threads_max" in m else None,
+        open_files_max=int(m["open_files_max"]) if "open_files_max" in m else None,
+        fd_limit=runner.sampler.sample().fd_limit,
+    )
+
+
+def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
+    """Write the verdict, the final snapshot and the record. Returns the exit code."""
+    cfg = runner.config
+    runner.enter("finalize", "computing the summary from the journal")
+    load = (
+        summarize_load(runner.run_dir / "requests.jsonl", timing, cfg.percentile_method)
+        if timing
+        else None
+    )
+    health = client_health(runner)
+    status, reasons = decide(
+        Findings(
+            preflight_errors=runner.preflight_errors,
+            load=load,
+            aborted=runner.stop_asked,
+            health=health,
+            max_failures=cfg.max_failures,
+            max_loop_lag_s=cfg.max_loop_lag_s,
+        )
+    )
+    runner.enter("done", f"verdict {status.value}")
+    runner.events.emit(
+        "verdict",
+        f"{status.value}: " + ("; ".join(r.message for r in reasons) or "all checks held"),
+        "info" if status.value == "PASSED" else "error",
+        status=status.value,
+    )
+    runner.phases[-1].end_s = runner.now_s()
+    runner.write_snapshot(status=status.value, reasons=reasons)
+    for writer in (runner.events.writer, runner.requests, runner.snapshots):
+        writer.close()
+    files = {
+        name: sha256_file(runner.run_dir / name)
+        for name in HASHED_FILES
+        if (runner.run_dir / name).exists()
+    }
+    record = RunRecord(
+        run_id=runner.run_id,
+        status=status,
+        reasons=reasons,
+        exit_code=EXIT_CODES[status],
+        config=cfg.public_dict(),
+        identity=build_identity(runner),
+        load=load,
+        client_health=health,
+        phases=runner.phases,
+        started_at=runner.started_at,
+        ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        files=files,
+    )
+    write_record(runner.run_dir, record)
+    write_atomic(runner.run_dir / "summary.csv", summary_csv(record))
+    return EXIT_CODES[status]

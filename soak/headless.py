@@ -1,0 +1,147 @@
+"""Headless mode: follow the runner's snapshots and print one plain line per interval.
+
+Reads only ``snapshots.jsonl`` (the same data the TUI shows); never computes statistics.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from soak.record import EXIT_CODES, Status, load_record
+from soak.spawn import RunnerHandle
+
+
+class SnapshotTail:
+    """Incrementally reads complete lines appended to snapshots.jsonl."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def read_new(self) -> list[dict[str, Any]]:
+        """Snapshots appended since the last call."""
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        return [orjson.loads(line) for line in data[:end].splitlines() if line.strip()]
+
+
+def _f(v: float | None, fmt: str = "{:.3f}") -> str:
+    return "—" if v is None else fmt.format(v)
+
+
+def _mmss(s: float | None) -> str:
+    if s is None:
+        return "--:--"
+    s = max(0, int(s))
+    return f"{s // 60:02d}:{s % 60:02d}"
+
+
+def status_line(snap: dict[str, Any]) -> str:
+    """One operator line: phase, time, counts, failures, concurrency, tok/s, TTFT, E2E."""
+    load = snap["load"]
+    phase = snap["phase"]
+    if phase == "load":
+        where = f"load {_mmss(load.get('issue_elapsed_s'))}/{_mmss(load.get('issue_total_s'))}"
+    else:
+        where = f"{phase} {_mmss(snap.get('phase_elapsed_s'))}"
+    fails = load.get("failures_by_class") or {}
+    fail_txt = ", ".join(f"{n} {c}" for c, n in fails.items()) if fails else "0"
+    win, cum = load.get("window") or {}, load.get("cumulative") or {}
+    ttft, e2e = cum.get("ttft_s") or {}, cum.get("e2e_s") or {}
+    tok_win = _f(win.get("output_tokens_per_s"), "{:.0f}")
+    tok_cum = _f(cum.get("output_tokens_per_s"), "{:.0f}")
+    return (
+        f"[{where}] done {load['completed']} fail {fail_txt} | "
+        f"in-flight {load['in_flight']}/{load['workers_started']} of "
+        f"{load['requested_concurrency']} | out tok/s {tok_win} win {tok_cum} cum | "
+        f"TTFT p50 {_f(ttft.get('p50'))} p99 {_f(ttft.get('p99'))} s | "
+        f"E2E p50 {_f(e2e.get('p50'))} p99 {_f(e2e.get('p99'))} s"
+    )
+
+
+def final_report(run_dir: Path) -> str:
+    """The verdict block printed when a run ends."""
+    rec = load_record(run_dir)
+    out = [f"{rec.status.value}  {rec.run_id}"]
+    for r in rec.reasons:
+        out.append(f"  - [{r.effect}] {r.message}")
+    if rec.load and rec.load.barrier_released:
+        ld = rec.load
+        out.append(
+            f"  completed {ld.completed}, failed {ld.failed}, "
+            f"elapsed {_f(ld.elapsed_s, '{:.2f}')} s "
+            f"(issue {_f(ld.issue_s, '{:.2f}')} + drain {_f(ld.drain_s, '{:.2f}')}), "
+            f"output {_f(ld.output_tokens_per_s, '{:.1f}')} tok/s, "
+            f"P99 TTFT {_f(ld.ttft_s.p99)} s, P99 E2E {_f(ld.e2e_s.p99)} s "
+            f"({ld.ttft_s.method})"
+        )
+    out.append(f"  record: {run_dir / 'record.json'}")
+    return "\n".join(out)
+
+
+def follow(
+    handle: RunnerHandle,
+    interval_s: float,
+    out: TextIO = sys.stdout,
+    poll_s: float = 0.25,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Print status lines until the runner exits; forward SIGINT/SIGTERM/SIGHUP to it."""
+
+    def forward(signum: int, _frame: object) -> None:
+        print(
+            f"soaktop: {signal.Signals(signum).name} → stopping the run (drain, record)",
+            file=out,
+            flush=True,
+        )
+        handle.signal(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    print(f"soaktop: run {handle.run_id}\n         dir {handle.run_dir}", file=out, flush=True)
+    tail = SnapshotTail(handle.run_dir / "snapshots.jsonl")
+    last_print = clock()
+    last_phase = None
+    last: dict[str, Any] | None = None
+    while True:
+        rc = handle.poll()
+        for snap in tail.read_new():
+            last = snap
+            for ev in snap.get("events", []):
+                if ev["kind"] in ("phase", "barrier", "control", "mark", "fault") or ev[
+                    "severity"
+                ] in ("critical",):
+                    print(f"  {ev['wall'][11:19]} {ev['kind']}: {ev['message']}", file=out)
+        if last is not None and (last["phase"] != last_phase or clock() - last_print >= interval_s):
+            if last["phase"] in ("load", "drain") or clock() - last_print >= interval_s:
+                print(status_line(last), file=out, flush=True)
+                last_print = clock()
+            last_phase = last["phase"]
+        if rc is not None:
+            break
+        time.sleep(poll_s)
+    if (handle.run_dir / "record.json").exists():
+        print(final_report(handle.run_dir), file=out, flush=True)
+        return load_record(handle.run_dir).exit_code
+    how = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
+    print(
+        f"soaktop: the runner died ({how}) without writing a record.\n"
+        f"  its log: {handle.run_dir / 'runner.log'}\n"
+        f"  finalise from the journals with: soaktop recover {handle.run_dir}",
+        file=out,
+        flush=True,
+    )
+    return EXIT_CODES[Status.ABORTED]

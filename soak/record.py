@@ -1,0 +1,255 @@
+"""The run record (``record.json``): the final, self-describing result of one run.
+
+Its shape is a contract with ``soaktop verify``, ``compare``/``decide`` (later) and the
+TUI's replay; ``schema_version`` changes whenever a field changes meaning. Gates and
+telemetry summaries have their slots from the start (empty until those layers run).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loadgen.stats import LatencyStats
+
+SCHEMA_VERSION = 1
+
+
+class Status(StrEnum):
+    """Whole-run verdict (DESIGN.md §6)."""
+
+    PASSED = "PASSED"
+    FAILED = "FAILED"
+    INVALID = "INVALID"
+    ABORTED = "ABORTED"
+
+
+EXIT_CODES = {Status.PASSED: 0, Status.FAILED: 1, Status.INVALID: 3, Status.ABORTED: 4}
+EXIT_USAGE = 2
+
+
+class Reason(BaseModel):
+    """Why the verdict is what it is, in words an operator can act on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: str
+    """Stable machine name, e.g. ``load_failures``, ``barrier_not_reached``."""
+    effect: Literal["failed", "invalid", "aborted", "note"]
+    """What this reason does to the verdict."""
+    message: str
+
+
+class EndpointIdentity(BaseModel):
+    """What one endpoint (replica) said about itself before the load."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    reachable: bool
+    error: str | None = None
+    models: list[dict[str, Any]] = Field(default_factory=list)
+    """``/v1/models`` entries: id and max_model_len."""
+    version: str | None = None
+    engine: str | None = None
+    """Detected from /metrics names (vllm, sglang, tgi, llamacpp) or /version."""
+    cache_config: dict[str, Any] = Field(default_factory=dict)
+    """vllm:cache_config_info labels (block_size, num_gpu_blocks, ...)."""
+    token_slots: int | None = None
+    """KV token slots = num_gpu_blocks × block_size."""
+
+
+class Identity(BaseModel):
+    """Who was tested, with what, from where."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    model_served: bool
+    engine: str
+    endpoints: list[EndpointIdentity]
+    config_sha256: str
+    prompt_pool: dict[str, Any] = Field(default_factory=dict)
+    soaktop_version: str
+    host: dict[str, Any] = Field(default_factory=dict)
+    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    """NVML/DCGM identity (telemetry layer); empty when no GPU source ran."""
+    clock: dict[str, Any] = Field(default_factory=dict)
+    """Wall time at the monotonic origin, to line journals up with server logs."""
+
+
+class LoadSummary(BaseModel):
+    """The load phase: recomputable from ``requests.jsonl`` plus the timing fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requested_concurrency: int
+    workers_started: int
+    worker_start_failures: dict[str, int] = Field(default_factory=dict)
+    barrier_released: bool
+    barrier_released_at: str | None = None
+    """UTC wall time the issue window opened."""
+    barrier_wait_s: float | None = None
+    issued: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    """Requests soaktop itself cut at the drain deadline or on abort (not server failures)."""
+    failures_by_class: dict[str, int] = Field(default_factory=dict)
+    issue_start_s: float | None = None
+    """Seconds since the run origin when the barrier released (the issue window opened)."""
+    issue_end_s: float | None = None
+    """Seconds since the run origin when issuing stopped."""
+    issue_s: float | None = None
+    """Issue window: barrier release → stop issuing."""
+    drain_s: float | None = None
+    elapsed_s: float | None = None
+    """issue_s + drain_s: the throughput denominator."""
+    stop_reason: str | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    usage_missing: int = 0
+    """Successful requests without a usage block (their tokens are unknown, not estimated)."""
+    output_tokens_per_s: float | None = None
+    """output_tokens / elapsed_s (drain included)."""
+    output_tokens_per_s_issue_window: float | None = None
+    """Output tokens of requests that ended inside the issue window / issue_s."""
+    requests_per_s: float | None = None
+    """completed / elapsed_s."""
+    ttft_s: LatencyStats = Field(default_factory=LatencyStats)
+    e2e_s: LatencyStats = Field(default_factory=LatencyStats)
+    itl_s: LatencyStats = Field(default_factory=LatencyStats)
+    tpot_s: LatencyStats = Field(default_factory=LatencyStats)
+    ttfb_s: LatencyStats = Field(default_factory=LatencyStats)
+    """Time to the response headers."""
+    first_content_s: LatencyStats = Field(default_factory=LatencyStats)
+    """Time to the first visible content (differs from TTFT for reasoning models)."""
+    input_tokens_mean: float | None = None
+    """Actual input tokens per request (server usage), beside the pool's nominal figure."""
+
+
+class ClientHealth(BaseModel):
+    """Was the client able to hold the load? Measured, not assumed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    loop_lag_p99_s: float | None = None
+    loop_lag_max_s: float | None = None
+    cpu_percent_max: float | None = None
+    """Runner process CPU, percent of one core (100 = one core saturated)."""
+    rss_mb_max: float | None = None
+    threads_max: int | None = None
+    open_files_max: int | None = None
+    fd_limit: int | None = None
+
+
+class PhaseSpan(BaseModel):
+    """One protocol phase on the monotonic timeline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    start_s: float
+    end_s: float | None = None
+
+
+class RunRecord(BaseModel):
+    """record.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    status: Status
+    reasons: list[Reason] = Field(default_factory=list)
+    exit_code: int
+    config: dict[str, Any]
+    identity: Identity | None = None
+    load: LoadSummary | None = None
+    gates: dict[str, Any] = Field(default_factory=dict)
+    """``gates.<phase>.<suite>`` = {passed, total, failures} (contract-gates layer)."""
+    telemetry: dict[str, Any] = Field(default_factory=dict)
+    """Per-source summaries (GPU, engine, host) from the telemetry layer."""
+    client_health: ClientHealth = Field(default_factory=ClientHealth)
+    phases: list[PhaseSpan] = Field(default_factory=list)
+    started_at: str
+    ended_at: str
+    recovered: bool = False
+    """True when ``soaktop recover`` wrote this record from the journals."""
+    files: dict[str, str] = Field(default_factory=dict)
+    """Journal name → sha256, computed after the journals were closed."""
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write a file so readers see the old or the new content, never half of it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_record(run_dir: Path, record: RunRecord) -> None:
+    """record.json, atomically."""
+    write_atomic(run_dir / "record.json", record.model_dump_json(indent=2).encode() + b"\n")
+
+
+def load_record(run_dir: Path) -> RunRecord:
+    """Read and validate record.json."""
+    return RunRecord.model_validate_json((run_dir / "record.json").read_bytes())
+
+
+SUMMARY_COLUMNS = (
+    "run_id",
+    "status",
+    "requested_concurrency",
+    "workers_started",
+    "completed_requests",
+    "load_failures",
+    "elapsed_incl_drain_s",
+    "output_tokens_per_s",
+    "p99_ttft_s",
+    "p99_e2e_s",
+    "gates",
+    "reasons",
+)
+
+
+def summary_csv(record: RunRecord) -> bytes:
+    """One row of the seed-000 table: the measurements and their status labels."""
+    load = record.load
+    gates = "; ".join(
+        f"{phase} {suite} {res.get('passed')}/{res.get('total')}"
+        for phase, suites in record.gates.items()
+        for suite, res in suites.items()
+    )
+    row = {
+        "run_id": record.run_id,
+        "status": record.status.value,
+        "requested_concurrency": load.requested_concurrency if load else "",
+        "workers_started": load.workers_started if load else "",
+        "completed_requests": load.completed if load else "",
+        "load_failures": load.failed if load else "",
+        "elapsed_incl_drain_s": _fmt(load.elapsed_s if load else None),
+        "output_tokens_per_s": _fmt(load.output_tokens_per_s if load else None),
+        "p99_ttft_s": _fmt(load.ttft_s.p99 if load else None),
+        "p99_e2e_s": _fmt(load.e2e_s.p99 if load else None),
+        "gates": gates or "not run",
+        "reasons": " | ".join(r.message for r in record.reasons),
+    }
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerow(row)
+    return buf.getvalue().encode()
+
+
+def _fmt(v: float | None) -> str:
+    return "" if v is None else f"{v:.3f}"

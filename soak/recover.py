@@ -1,0 +1,117 @@
+"""``soaktop recover RUN_DIR``: a record for a run whose runner died without one.
+
+Rebuilds the timing from ``events.jsonl`` (phase and barrier events) and the load summary
+from ``requests.jsonl`` (a torn last line is ignored), marks the run ABORTED with the
+reason "runner killed", and never edits the journals: their hashes go into the record.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+
+from soak.finalize import HASHED_FILES
+from soak.journal import read_jsonl, sha256_file
+from soak.record import (
+    EXIT_CODES,
+    Identity,
+    PhaseSpan,
+    RunRecord,
+    summary_csv,
+    write_atomic,
+    write_record,
+)
+from soak.summary import LoadTiming, summarize_load
+from soak.verdict import Findings, decide
+
+
+class RecoverError(RuntimeError):
+    """The run directory cannot be recovered (the message says why)."""
+
+
+def _timing_from_events(run_dir: Path, config: dict) -> tuple[LoadTiming | None, list[PhaseSpan]]:
+    phases: list[PhaseSpan] = [PhaseSpan(name="identity", start_s=0.0)]
+    barrier: dict = {}
+    last_t = 0.0
+    for ev in read_jsonl(run_dir / "events.jsonl"):
+        last_t = max(last_t, ev.get("t", 0.0))
+        if ev.get("kind") == "phase":
+            phases[-1].end_s = ev["t"]
+            phases.append(PhaseSpan(name=ev["data"].get("phase", "?"), start_s=ev["t"]))
+        elif ev.get("kind") == "barrier":
+            barrier = ev.get("data", {}) | {"wall": ev.get("wall")}
+    last_end = 0.0
+    for line in read_jsonl(run_dir / "requests.jsonl"):
+        last_end = max(last_end, line.get("end_s") or line.get("sent_s") or 0.0)
+    last_t = max(last_t, last_end)
+    phases[-1].end_s = last_t
+    if not barrier:
+        return None, phases
+    starts = {p.name: p.start_s for p in phases}
+    issue_start = starts.get("load")
+    issue_end = starts.get("drain", last_t if issue_start is not None else None)
+    drain_end = starts.get("finalize", last_t)
+    return (
+        LoadTiming(
+            requested_concurrency=int(barrier.get("requested", config.get("concurrency", 0))),
+            workers_started=int(barrier.get("workers_started", 0)),
+            barrier_released=issue_start is not None,
+            worker_start_failures=dict(barrier.get("failures", {})),
+            barrier_released_at=barrier.get("wall") if issue_start is not None else None,
+            issue_start_s=issue_start,
+            issue_end_s=issue_end,
+            drain_end_s=drain_end if issue_start is not None else None,
+            issued=sum(1 for _ in read_jsonl(run_dir / "requests.jsonl")),
+            stop_reason="runner killed",
+        ),
+        phases,
+    )
+
+
+def recover_run(run_dir: Path) -> RunRecord:
+    """Write record.json and summary.csv for a dead runner's directory; return the record."""
+    if (run_dir / "record.json").exists():
+        raise RecoverError(f"{run_dir} already has a record.json; nothing to recover")
+    try:
+        config = orjson.loads((run_dir / "config.json").read_bytes())
+    except FileNotFoundError:
+        raise RecoverError(f"{run_dir} has no config.json: not a soaktop run directory") from None
+    timing, phases = _timing_from_events(run_dir, config)
+    method = config.get("percentile_method", "nearest-rank")
+    load = summarize_load(run_dir / "requests.jsonl", timing, method) if timing else None
+    status, reasons = decide(
+        Findings(
+            load=load,
+            aborted="runner killed: no record was written; recovered from the journals",
+            max_failures=int(config.get("max_failures", 0)),
+        )
+    )
+    identity = None
+    if (run_dir / "identity.json").exists():
+        identity = Identity.model_validate_json((run_dir / "identity.json").read_bytes())
+    files = {n: sha256_file(run_dir / n) for n in HASHED_FILES if (run_dir / n).exists()}
+    record = RunRecord(
+        run_id=run_dir.name,
+        status=status,
+        reasons=reasons,
+        exit_code=EXIT_CODES[status],
+        config=config,
+        identity=identity,
+        load=load,
+        phases=phases,
+        started_at=_first_wall(run_dir) or "",
+        ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        recovered=True,
+        files=files,
+    )
+    write_record(run_dir, record)
+    write_atomic(run_dir / "summary.csv", summary_csv(record))
+    return record
+
+
+def _first_wall(run_dir: Path) -> str | None:
+    for ev in read_jsonl(run_dir / "events.jsonl"):
+        return ev.get("wall")
+    return None

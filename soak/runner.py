@@ -1,0 +1,432 @@
+"""The runner process: identity → barrier → load → drain → verdict → record.
+
+Started by the CLI (or the TUI) as ``python -m soak.runner`` in its own session, with the
+RunConfig as JSON on stdin. It prints exactly one handshake line on stdout
+(``{"run_dir", "run_id", "pid"}``), then sends its own stdout/stderr to ``runner.log``
+so nothing it prints can reach an operator's screen. Everything it measures goes into
+the run directory as it happens; SIGINT/SIGTERM/SIGHUP end in a written record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+
+from loadgen.client import StreamClient
+from loadgen.envelope import RequestResult
+from loadgen.live import LiveLoadStats
+from loadgen.prompts import BodyBuilder, PromptPool, PromptPoolError, load_file, synthetic
+from loadgen.workers import LoadGenerator, LoadPlan
+from probes.host import LoopLagMonitor, ProcessSampler, raise_fd_limit
+from soak.config import ConfigError, RunConfig
+from soak.control import ControlReader
+from soak.events import EventLog
+from soak.finalize import build_identity, finalize_run
+from soak.identity import count_tokens, probe_all
+from soak.journal import JsonlWriter, request_line
+from soak.record import EXIT_USAGE, EndpointIdentity, PhaseSpan, write_atomic
+from soak.runid import create_run_dir, make_run_id
+from soak.snapshot import ClientView, LoadView, Snapshot
+from soak.summary import LoadTiming
+
+FAILURE_EVENTS_PER_CLASS = 20
+"""Individual failure events per class; beyond it failures are aggregated per tick."""
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def auth_headers(config: RunConfig) -> dict[str, str]:
+    """Authorization from the environment variable named in the config (never written)."""
+    if config.api_key_env and (key := os.environ.get(config.api_key_env)):
+        return {"Authorization": f"Bearer {key}"}
+    return {}
+
+
+class Runner:
+    """One run, from the created run directory to the record."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        run_dir: Path,
+        run_id: str,
+        origin_ns: int,
+        started_at: str,
+        endpoints: list[EndpointIdentity],
+        pool: PromptPool | None,
+        clock: dict[str, object],
+    ) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.run_id = run_id
+        self.origin_ns = origin_ns
+        self.started_at = started_at
+        self.endpoints = endpoints
+        self.pool = pool
+        self.clock = clock
+        self.events = EventLog(JsonlWriter(run_dir / "events.jsonl"), origin_ns)
+        self.requests = JsonlWriter(run_dir / "requests.jsonl")
+        self.snapshots = JsonlWriter(run_dir / "snapshots.jsonl")
+        self.live = LiveLoadStats(config.window_s)
+        self.lag = LoopLagMonitor()
+        self.sampler = ProcessSampler()
+        self.control = ControlReader(run_dir / "control.jsonl")
+        self.gen: LoadGenerator | None = None
+        self.phase = "identity"
+        self.phases: list[PhaseSpan] = [PhaseSpan(name="identity", start_s=0.0)]
+        self.stop_asked: str | None = None
+        self.signals = 0
+        self.preflight_errors: list[str] = []
+        self._seq = 0
+        self._completed = self._failed = self._cancelled = 0
+        self._failures: dict[str, int] = {}
+        self._unreported: dict[str, int] = {}
+        self.health_max: dict[str, float] = {}
+
+    # -- time and phases -------------------------------------------------------------------
+
+    def now_s(self) -> float:
+        """Seconds since the run's monotonic origin."""
+        return (time.perf_counter_ns() - self.origin_ns) / 1e9
+
+    def enter(self, phase: str, message: str) -> None:
+        """Close the current phase and open ``phase``."""
+        t = self.now_s()
+        self.phases[-1].end_s = t
+        self.phases.append(PhaseSpan(name=phase, start_s=t))
+        self.phase = phase
+        self.events.emit("phase", message, phase=phase)
+
+    # -- per request (the only code on the request path) -----------------------------------
+
+    def on_result(self, r: RequestResult) -> None:
+        """Journal one finished request and count it."""
+        self.requests.write_raw(request_line(r, self.origin_ns))
+        self.live.record(r, self.now_s())
+        if r.cancelled:
+            self._cancelled += 1
+        elif r.ok:
+            self._completed += 1
+        else:
+            self._failed += 1
+            cls = str(r.failure)
+            n = self._failures.get(cls, 0) + 1
+            self._failures[cls] = n
+            if n <= FAILURE_EVENTS_PER_CLASS:
+                self.events.emit(
+                    "failure",
+                    f"{r.request_id}: {cls}"
+                    + (f" — {r.failure_detail}" if r.failure_detail else ""),
+                    "error",
+                    failure_class=cls,
+                    request_id=r.request_id,
+                    status=r.status,
+                )
+            else:
+                self._unreported[cls] = self._unreported.get(cls, 0) + 1
+
+    # -- signals and control ---------------------------------------------------------------
+
+    def ask_stop(self, why: str, hard: bool = False) -> None:
+        """Graceful stop (drain, record) or, when ``hard``, cancel in-flight requests too."""
+        if self.stop_asked is None:
+            self.stop_asked = f"{why} during {self.phase} at {self.now_s():.1f} s"
+        self.events.emit("control", f"{'abort' if hard else 'stop'} asked: {why}", "warning")
+        if self.gen is not None:
+            if hard:
+                self.gen.abort()
+            else:
+                self.gen.stop_issuing(f"stopped: {why}")
+
+    def on_signal(self, signum: int) -> None:
+        """First signal: graceful stop. A second SIGINT (or any third): abort the drain."""
+        self.signals += 1
+        name = signal.Signals(signum).name
+        hard = self.signals >= 3 or (self.signals >= 2 and signum == signal.SIGINT)
+        self.ask_stop(name, hard=hard)
+
+    def _apply_control(self) -> None:
+        for cmd in self.control.poll():
+            kind = cmd.get("cmd")
+            if kind == "mark":
+                self.events.emit("mark", str(cmd.get("note", "")) or "operator mark")
+            elif kind in ("stop", "abort"):
+                self.ask_stop(f"operator {kind}", hard=kind == "abort")
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def _load_view(self, now: float) -> LoadView:
+        gen = self.gen
+        st = gen.state if gen else None
+        issue_elapsed = None
+        if st and st.barrier_released_ns is not None:
+            end = st.issue_ended_ns or time.perf_counter_ns()
+            issue_elapsed = (end - st.barrier_released_ns) / 1e9
+        released = bool(st and st.barrier_released_ns is not None)
+        load_elapsed = (
+            (time.perf_counter_ns() - st.barrier_released_ns) / 1e9
+            if st and st.barrier_released_ns is not None
+            else 0.0
+        )
+        if st and st.drain_ended_ns is not None and st.barrier_released_ns is not None:
+            load_elapsed = (st.drain_ended_ns - st.barrier_released_ns) / 1e9
+        return LoadView(
+            requested_concurrency=self.config.concurrency,
+            workers_started=st.workers_started if st else 0,
+            in_flight=st.in_flight if st else 0,
+            issued=st.issued if st else 0,
+            completed=self._completed,
+            failed=self._failed,
+            cancelled=self._cancelled,
+            failures_by_class=dict(self._failures),
+            issue_elapsed_s=issue_elapsed,
+            issue_total_s=self.config.duration_s,
+            window=self.live.window(now, load_elapsed) if released else None,
+            cumulative=self.live.cumulative(load_elapsed) if released else None,
+        )
+
+    def _client_view(self) -> ClientView:
+        s = self.sampler.sample()
+        lag = self.lag.take_interval(keep=self.phase in ("load", "drain"))
+        for k, v in (
+            ("cpu_percent_max", s.cpu_percent),
+            ("rss_mb_max", s.rss_mb),
+            ("threads_max", s.threads),
+            ("open_files_max", s.open_files),
+        ):
+            if v is not None and v > self.health_max.get(k, -1.0):
+                self.health_max[k] = float(v)
+        return ClientView(
+            cpu_percent=s.cpu_percent,
+            rss_mb=round(s.rss_mb, 1),
+            threads=s.threads,
+            open_files=s.open_files,
+            fd_limit=s.fd_limit,
+            loop_lag_s=lag,
+        )
+
+    def write_snapshot(self, status: str = "running", reasons: list | None = None) -> None:
+        """Append one snapshot (also flushes aggregated failure counts as an event)."""
+        if self._unreported:
+            more = ", ".join(f"{n} {c}" for c, n in self._unreported.items())
+            self.events.emit("failures", f"{more} more failures", "error", counts=self._unreported)
+            self._unreported = {}
+        now = self.now_s()
+        snap = Snapshot(
+            seq=self._seq,
+            t=now,
+            wall=_now_iso(),
+            run_id=self.run_id,
+            phase=self.phase,
+            phase_elapsed_s=now - self.phases[-1].start_s,
+            load=self._load_view(now),
+            client=self._client_view(),
+            events=self.events.take_pending(),
+            status=status,
+            reasons=reasons or [],
+        )
+        self._seq += 1
+        self.snapshots.write_raw(orjson.dumps(snap.model_dump(mode="json")))
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.snapshot_interval_s)
+            self._apply_control()
+            self.write_snapshot()
+
+    # -- the protocol ----------------------------------------------------------------------
+
+    async def _calibrate_pool(self, headers: dict[str, str]) -> PromptPool:
+        if self.pool is not None:
+            return self.pool
+        cfg = self.config
+        base = self.config.endpoints[0]
+
+        async def counter(text: str) -> int | None:
+            return await count_tokens(base, cfg.model, text, headers)
+
+        return await synthetic(
+            count=cfg.pool_size,
+            target_tokens=cfg.synthetic_input_tokens or 128,
+            seed=cfg.pool_seed,
+            unique_prefix=not cfg.shared_prefix,
+            count_tokens=counter,
+        )
+
+    def _preflight(self) -> None:
+        for ep in self.endpoints:
+            if not ep.reachable:
+                self.preflight_errors.append(f"endpoint {ep.url} unreachable: {ep.error}")
+            elif ep.error:
+                self.preflight_errors.append(f"endpoint {ep.url}: {ep.error}")
+            elif self.config.model not in {m.get("id") for m in ep.models}:
+                served = ", ".join(str(m.get("id")) for m in ep.models) or "none"
+                self.preflight_errors.append(
+                    f"model {self.config.model!r} is not served by {ep.url} (serves: {served})"
+                )
+
+    async def run(self) -> int:
+        """Run the protocol; always ends with a written record. Returns the exit code."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, self.on_signal, sig)
+        self.lag.start()
+        ticker = asyncio.create_task(self._ticker())
+        headers = auth_headers(self.config)
+        timing: LoadTiming | None = None
+        try:
+            self._preflight()
+            for ep in self.endpoints:
+                self.events.emit(
+                    "identity",
+                    f"{ep.url}: "
+                    + (
+                        f"{ep.engine or '?'} {ep.version or ''}".strip()
+                        if ep.reachable
+                        else f"unreachable ({ep.error})"
+                    ),
+                    "info" if ep.reachable else "error",
+                )
+            if not self.preflight_errors and self.stop_asked is None:
+                self.pool = await self._calibrate_pool(headers)
+                # Written before the load so `soaktop recover` has it if we die.
+                write_atomic(
+                    self.run_dir / "identity.json",
+                    build_identity(self).model_dump_json(indent=2).encode(),
+                )
+                timing = await self._load(headers)
+        finally:
+            ticker.cancel()
+            self.lag.stop()
+        return finalize_run(self, timing)
+
+    async def _load(self, headers: dict[str, str]) -> LoadTiming:
+        cfg = self.config
+        assert self.pool is not None
+        before, after = raise_fd_limit(cfg.concurrency + 256)
+        if after > before:
+            self.events.emit("warning", f"raised the open-files limit {before} → {after}")
+        self.enter("barrier", f"starting {cfg.concurrency} workers")
+        plan = LoadPlan(
+            endpoints=tuple(cfg.endpoints),
+            concurrency=cfg.concurrency,
+            duration_s=cfg.duration_s,
+            max_requests=cfg.max_requests,
+            drain_timeout_s=cfg.drain_timeout_s,
+            barrier_timeout_s=cfg.barrier_timeout_s,
+            request_id_prefix=f"{self.run_id}/load/{cfg.api}",
+        )
+        bodies = BodyBuilder(
+            model=cfg.model,
+            api=cfg.api,
+            max_tokens=cfg.max_tokens,
+            ignore_eos=cfg.ignore_eos,
+            temperature=cfg.temperature,
+        )
+        async with StreamClient(
+            max_connections=cfg.concurrency + 16,
+            connect_timeout_s=cfg.connect_timeout_s,
+            read_timeout_s=cfg.read_timeout_s,
+            headers=headers,
+        ) as client:
+            gen = LoadGenerator(plan, client, self.pool, bodies, self.on_result)
+            gen.on_issue_end = lambda: self.enter("drain", "issue window closed; draining")
+            self.gen = gen
+            t_barrier = time.perf_counter_ns()
+            all_started = await gen.start_workers()
+            st = gen.state
+            wait_s = (time.perf_counter_ns() - t_barrier) / 1e9
+            self.events.emit(
+                "barrier",
+                f"{st.workers_started}/{cfg.concurrency} workers started in {wait_s:.2f} s",
+                "info" if all_started else "error",
+                workers_started=st.workers_started,
+                requested=cfg.concurrency,
+                failures=dict(st.start_failures),
+            )
+            released_at = None
+            if all_started and self.stop_asked is None:
+                released_at = _now_iso()
+                self.enter("load", f"barrier released: issuing for {cfg.duration_s} s")
+                await gen.run()
+            else:
+                await gen.cancel_unstarted()
+        st = gen.state
+
+        def rel(ns: int | None) -> float | None:
+            return None if ns is None else (ns - self.origin_ns) / 1e9
+
+        return LoadTiming(
+            requested_concurrency=cfg.concurrency,
+            workers_started=st.workers_started,
+            barrier_released=st.barrier_released_ns is not None,
+            worker_start_failures=dict(st.start_failures),
+            barrier_released_at=released_at,
+            barrier_wait_s=wait_s,
+            issue_start_s=rel(st.barrier_released_ns),
+            issue_end_s=rel(st.issue_ended_ns),
+            drain_end_s=rel(st.drain_ended_ns),
+            issued=st.issued,
+            stop_reason=st.stop_reason,
+        )
+
+
+def _redirect_output(run_dir: Path) -> None:
+    log = os.open(run_dir / "runner.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+
+
+async def start(config: RunConfig) -> int:
+    """Identity, run directory, handshake, then the run. Returns the exit code."""
+    origin_ns = time.perf_counter_ns()
+    started_at = _now_iso()
+    wall_at_origin = time.time()
+    pool: PromptPool | None = None
+    if config.prompts is not None:
+        try:
+            pool = load_file(config.prompts, seed=config.pool_seed, limit=config.pool_size)
+        except PromptPoolError as e:
+            print(f"soaktop: prompts: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    endpoints = await probe_all(config.endpoints, auth_headers(config), config.connect_timeout_s)
+    engine = config.engine or next((e.engine for e in endpoints if e.engine), None) or "unknown"
+    run_id = make_run_id(config.model, config.label, engine, config.purpose, datetime.now(UTC))
+    run_dir, run_id = create_run_dir(config.out, run_id)
+    (run_dir / "config.json").write_bytes(
+        orjson.dumps(config.public_dict(), option=orjson.OPT_INDENT_2)
+    )
+    print(orjson.dumps({"run_dir": str(run_dir), "run_id": run_id, "pid": os.getpid()}).decode())
+    _redirect_output(run_dir)
+    clock = {"wall_at_origin": wall_at_origin, "started_at": started_at}
+    runner = Runner(config, run_dir, run_id, origin_ns, started_at, endpoints, pool, clock)
+    return await runner.run()
+
+
+def main() -> int:
+    """``python -m soak.runner`` with the RunConfig JSON on stdin."""
+    try:
+        config = RunConfig.model_validate_json(sys.stdin.buffer.read())
+    except ValueError as e:
+        print(f"soaktop runner: bad configuration on stdin: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as e:  # pragma: no cover - validated by the CLI first
+        print(f"soaktop runner: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return asyncio.run(start(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The whole-run verdict: PASSED, FAILED, INVALID or ABORTED, with reasons (DESIGN.md §6).
+
+Every finding becomes a ``Reason``; the status follows from the strongest effect:
+aborted > invalid > failed > passed. Findings never cancel each other out: an INVALID
+load measurement still lists a server failure seen during it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from soak.record import ClientHealth, LoadSummary, Reason, Status
+
+_PRECEDENCE = (
+    ("aborted", Status.ABORTED),
+    ("invalid", Status.INVALID),
+    ("failed", Status.FAILED),
+)
+
+
+@dataclass
+class Findings:
+    """Everything the verdict depends on, gathered by the runner or by recover."""
+
+    preflight_errors: list[str] = field(default_factory=list)
+    load: LoadSummary | None = None
+    aborted: str | None = None
+    """Why the operator or a signal stopped the run, if they did."""
+    health: ClientHealth | None = None
+    max_failures: int = 0
+    max_loop_lag_s: float = 0.5
+    extra: list[Reason] = field(default_factory=list)
+    """Reasons from later layers (gates, thresholds, faults)."""
+
+
+def _load_reasons(f: Findings) -> list[Reason]:
+    load = f.load
+    if load is None:
+        return []
+    out: list[Reason] = []
+    if not load.barrier_released:
+        why = "; ".join(f"{n}× {msg}" for msg, n in load.worker_start_failures.items())
+        out.append(
+            Reason(
+                code="barrier_not_reached",
+                effect="invalid",
+                message=(
+                    f"only {load.workers_started} of {load.requested_concurrency} workers "
+                    f"started ({why or 'no reason recorded'}); no load was measured"
+                ),
+            )
+        )
+        return out
+    if load.failed > f.max_failures:
+        by = ", ".join(f"{n} {cls}" for cls, n in load.failures_by_class.items())
+        allowed = f" (allowed: {f.max_failures})" if f.max_failures else ""
+        out.append(
+            Reason(
+                code="load_failures",
+                effect="failed",
+                message=f"{load.failed} of {load.issued} load requests failed: {by}{allowed}",
+            )
+        )
+    if load.completed == 0 and load.failed == 0 and f.aborted is None:
+        out.append(
+            Reason(
+                code="no_completed_requests",
+                effect="invalid",
+                message="the load window completed no request: nothing was measured",
+            )
+        )
+    if load.usage_missing:
+        out.append(
+            Reason(
+                code="usage_missing",
+                effect="note",
+                message=(
+                    f"{load.usage_missing} successful requests had no usage block: their "
+                    "tokens are unknown (not estimated)"
+                ),
+            )
+        )
+    if load.cancelled:
+        out.append(
+            Reason(
+                code="cancelled_at_drain",
+                effect="note",
+                message=f"{load.cancelled} in-flight requests were cut by the drain deadline",
+            )
+        )
+    return out
+
+
+def _health_reasons(f: Findings) -> list[Reason]:
+    h = f.health
+    if h is None or h.loop_lag_p99_s is None or h.loop_lag_p99_s <= f.max_loop_lag_s:
+        return []
+    return [
+        Reason(
+            code="client_overloaded",
+            effect="invalid",
+            message=(
+                f"client event-loop lag p99 {h.loop_lag_p99_s * 1000:.0f} ms exceeds "
+                f"{f.max_loop_lag_s * 1000:.0f} ms: latencies include the client's own queueing"
+            ),
+        )
+    ]
+
+
+def decide(f: Findings) -> tuple[Status, list[Reason]]:
+    """The status and the reasons, strongest first."""
+    reasons = [Reason(code="preflight", effect="failed", message=m) for m in f.preflight_errors]
+    if f.aborted is not None:
+        reasons.append(Reason(code="aborted", effect="aborted", message=f.aborted))
+    reasons += _load_reasons(f) + _health_reasons(f) + f.extra
+    order = {"aborted": 0, "invalid": 1, "failed": 2, "note": 3}
+    reasons.sort(key=lambda r: order[r.effect])
+    for effect, status in _PRECEDENCE:
+        if any(r.effect == effect for r in reasons):
+            return status, reasons
+    return Status.PASSED, reasons

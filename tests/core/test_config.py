@@ -1,0 +1,49 @@
+"""Configuration: layering, and errors that name the field, the value and what is allowed."""
+
+import pytest
+
+from soak.config import ConfigError, load_config
+
+BASE = {"endpoints": ["http://127.0.0.1:8000"], "model": "tiny"}
+
+
+def test_precedence_cli_over_env_over_toml(tmp_path):
+    toml = tmp_path / "c.toml"
+    toml.write_text('[run]\nconcurrency = 4\nmax_tokens = 10\nlabel = "fromfile"\n')
+    env = {"SOAKTOP_CONCURRENCY": "8", "SOAKTOP_MAX_TOKENS": "20"}
+    cfg = load_config({"concurrency": 16}, toml_path=toml, environ=env, base=BASE)
+    assert (cfg.concurrency, cfg.max_tokens, cfg.label) == (16, 20, "fromfile")
+
+
+def test_negative_concurrency_names_field_and_value():
+    with pytest.raises(ConfigError) as e:
+        load_config({"concurrency": -3}, environ={}, base=BASE)
+    assert "concurrency = -3" in str(e.value) and "greater than or equal to 1" in str(e.value)
+
+
+def test_unknown_toml_key_is_named_with_allowed_keys(tmp_path):
+    toml = tmp_path / "c.toml"
+    toml.write_text("concurency = 4\n")
+    with pytest.raises(ConfigError) as e:
+        load_config({}, toml_path=toml, environ={}, base=BASE)
+    assert "unknown key 'concurency'" in str(e.value) and "concurrency" in str(e.value)
+
+
+def test_malformed_toml(tmp_path):
+    toml = tmp_path / "c.toml"
+    toml.write_text("concurrency = = 4\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config({}, toml_path=toml, environ={}, base=BASE)
+
+
+def test_missing_prompt_file_and_bad_url(tmp_path):
+    with pytest.raises(ConfigError, match="prompts file .*does not exist"):
+        load_config({"prompts": tmp_path / "nope.json"}, environ={}, base=BASE)
+    with pytest.raises(ConfigError, match=r"endpoints = \['localhost:8000'\].*not an http\(s\) URL"):
+        load_config({"endpoints": ["localhost:8000"]}, environ={}, base=BASE)
+
+
+def test_endpoint_v1_suffix_is_normalised_and_redaction_hides_it():
+    cfg = load_config({"endpoints": ["http://h:1/v1/"], "redact": True}, environ={}, base=BASE)
+    assert cfg.endpoints == ["http://h:1"]
+    assert "h:1" not in str(cfg.public_dict())
