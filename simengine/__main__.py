@@ -1,0 +1,7 @@
+"""``python -m simengine`` (see :mod:`simengine.cli`)."""
+
+import sys
+
+from simengine.cli import main
+
+sys.exit(main())

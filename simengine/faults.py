@@ -1,0 +1,188 @@
+"""Fault rules, named scenarios and the book that decides which request a fault hits.
+
+A rule matches a request by its ``X-Request-Id`` (soaktop sends one on every request,
+shaped ``<run_id>/<phase>/<kind>/<n>``) with an fnmatch glob, and/or fires at a time
+counted from the first request of the ``load`` phase (the simulator does not know the
+load window, so that request is its only clock). One :class:`FaultBook` is shared by all
+replicas of a process, so a ``count`` is global: ``count: 1`` hits exactly one request.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FaultAction = Literal[
+    "http_500", "http_503", "stall", "reset", "error_event", "malformed", "xid", "engine_death"
+]
+
+#: Actions that change one request's response (the others act on a replica or a GPU).
+REQUEST_ACTIONS = frozenset({"http_500", "http_503", "stall", "reset", "error_event", "malformed"})
+
+SCENARIOS = ("healthy", "post-load-500", "xid-mid-run", "engine-death")
+
+
+class FaultRule(BaseModel):
+    """One fault to inject. Give ``match``, ``at_s`` or both."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    match: str | None = None
+    """fnmatch glob on the X-Request-Id header, e.g. ``*/after/json/7`` or ``*/load/*``."""
+    at_s: float | None = Field(default=None, ge=0)
+    """Seconds after the first ``load``-phase request. Replica/GPU actions fire then, once;
+    request actions are armed then and hit the next matching requests."""
+    action: FaultAction
+    """What happens: an HTTP error, a mid-stream fault, an Xid on a GPU, or engine death."""
+    after_tokens: int = Field(default=0, ge=0)
+    """Mid-stream actions (stall, reset, error_event, malformed) strike after this many
+    output tokens were sent."""
+    stall_s: float = Field(default=30.0, ge=0)
+    """How long a stall sends no bytes."""
+    xid: int = 31
+    """Xid number for the ``xid`` action (31: GPU memory page fault, illegal memory access)."""
+    gpu: int = Field(default=0, ge=0)
+    """Replica-local GPU index for the ``xid`` action."""
+    replica: int | None = Field(default=None, ge=0)
+    """Replica the rule applies to. Request rules: None = any replica. Time-only replica/GPU
+    actions: None = replica 0. An index past the last replica falls back to replica 0."""
+    count: int | None = Field(default=1, ge=0)
+    """How many times the rule may fire in this process; 0 or None = without limit."""
+
+
+def scenario_rules(name: str, at_s: float) -> list[FaultRule]:
+    """The rules of a named scenario (``healthy`` has none)."""
+    if name == "healthy":
+        return []
+    if name == "post-load-500":
+        # The first after-load JSON probe gets an HTTP 500: one availability failure that
+        # must fail the run even after a clean load.
+        return [FaultRule(match="*/after/json/*", action="http_500", count=1)]
+    if name == "xid-mid-run":
+        return [FaultRule(at_s=at_s, action="xid", xid=31, gpu=1, replica=1)]
+    if name == "engine-death":
+        return [FaultRule(at_s=at_s, action="engine_death", replica=1)]
+    raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
+
+
+def request_phase(request_id: str | None) -> str | None:
+    """The phase segment of a soaktop X-Request-Id (``<run_id>/<phase>/<kind>/<n>``)."""
+    if not request_id:
+        return None
+    parts = request_id.split("/")
+    return parts[-3] if len(parts) >= 4 else None
+
+
+class _RuleState:
+    __slots__ = ("fired", "rule", "timed_done")
+
+    def __init__(self, rule: FaultRule) -> None:
+        self.rule = rule
+        self.fired = 0
+        self.timed_done = False
+
+    def exhausted(self) -> bool:
+        limit = self.rule.count
+        return bool(limit) and self.fired >= (limit or 0)
+
+
+#: Called for a replica/GPU action: (action rule, replica index, why) -> None.
+ReplicaActionHook = Callable[[FaultRule, int, str], None]
+
+
+class FaultBook:
+    """Shared fault state: which rules are left, and when the load phase began."""
+
+    def __init__(self, rules: list[FaultRule], n_replicas: int) -> None:
+        self._states = [_RuleState(r) for r in rules]
+        self._n_replicas = n_replicas
+        self._has_match = any(r.match is not None for r in rules)
+        self._has_timed = any(r.at_s is not None for r in rules)
+        self.load_started_at: float | None = None
+        self._hook: ReplicaActionHook | None = None
+
+    @property
+    def rules(self) -> list[FaultRule]:
+        """All rules, in the order given."""
+        return [s.rule for s in self._states]
+
+    def set_replica_hook(self, hook: ReplicaActionHook) -> None:
+        """Register the callback that carries out xid / engine_death on a replica."""
+        self._hook = hook
+
+    def target_replica(self, rule: FaultRule, default: int) -> tuple[int, str]:
+        """The replica a replica/GPU action hits, and a note when it had to fall back."""
+        want = default if rule.replica is None else rule.replica
+        if want >= self._n_replicas:
+            return 0, (
+                f"rule targets replica {want} but only {self._n_replicas} replica(s) run; "
+                "using replica 0"
+            )
+        return want, ""
+
+    def note_request(self, request_id: str | None) -> None:
+        """Start the fault clock at the first ``load``-phase request."""
+        if self.load_started_at is None and self._has_timed and request_phase(request_id) == "load":
+            self.load_started_at = time.monotonic()
+
+    def elapsed_since_load(self) -> float | None:
+        """Seconds since the first load request, or None before it."""
+        if self.load_started_at is None:
+            return None
+        return time.monotonic() - self.load_started_at
+
+    def match_request(self, request_id: str | None, replica: int) -> FaultRule | None:
+        """The request action (if any) that hits this request; consumes one ``count``.
+
+        Replica/GPU actions matched by a request fire through the hook right here and do
+        not alter the request itself.
+        """
+        if not self._has_match and not self._has_timed:
+            return None
+        self.note_request(request_id)
+        elapsed = self.elapsed_since_load()
+        hit: FaultRule | None = None
+        for st in self._states:
+            rule = st.rule
+            if st.exhausted():
+                continue
+            if rule.match is None and (rule.action not in REQUEST_ACTIONS):
+                continue  # time-only replica actions fire from tick()
+            if rule.match is not None and not fnmatch.fnmatchcase(request_id or "", rule.match):
+                continue
+            if rule.at_s is not None and (elapsed is None or elapsed < rule.at_s):
+                continue
+            if rule.replica is not None and rule.action in REQUEST_ACTIONS:
+                target, _ = self.target_replica(rule, 0)
+                if target != replica:
+                    continue
+            st.fired += 1
+            if rule.action in REQUEST_ACTIONS:
+                if hit is None:
+                    hit = rule
+                else:
+                    st.fired -= 1  # one request action per request; keep it for the next
+            elif self._hook is not None:
+                target, note = self.target_replica(rule, replica)
+                self._hook(rule, target, note or f"matched request {request_id}")
+        return hit
+
+    def tick(self) -> None:
+        """Fire due time-only replica/GPU actions (call about every 100-250 ms)."""
+        elapsed = self.elapsed_since_load()
+        if elapsed is None or self._hook is None:
+            return
+        for st in self._states:
+            rule = st.rule
+            if rule.at_s is None or rule.match is not None or rule.action in REQUEST_ACTIONS:
+                continue
+            if st.timed_done or elapsed < rule.at_s:
+                continue
+            st.timed_done = True
+            st.fired += 1
+            target, note = self.target_replica(rule, 0)
+            self._hook(rule, target, note or f"at {rule.at_s:g} s into load")

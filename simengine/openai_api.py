@@ -1,0 +1,300 @@
+"""The OpenAI-compatible routes of one replica, as vLLM's API server answers them."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from simengine import wire
+from simengine.sequence import Sequence
+from simengine.textgen import K_CONTENT, K_REASONING, K_TOOL_HEAD, Plan, build_plan
+from simengine.tokenizer import chat_token_ids, token_ids
+from simengine.validate import (
+    ApiError,
+    check_model,
+    parse_chat,
+    parse_completion,
+    parse_json,
+    prompt_text,
+)
+
+if TYPE_CHECKING:
+    from simengine.replica import Replica
+
+_JSON = "application/json"
+
+
+def json_response(obj: Any, status: int = 200) -> web.Response:
+    """Compact JSON, as starlette's JSONResponse writes it."""
+    return web.Response(body=orjson.dumps(obj), status=status, content_type=_JSON)
+
+
+def error_response(status: int, message: str, err_type: str | None = None) -> web.Response:
+    """vLLM's nested error body with its status code."""
+    err_type = err_type or wire.ERROR_TYPES.get(status, "InternalServerError")
+    return web.Response(
+        body=wire.error_body(message, err_type, status), status=status, content_type=_JSON
+    )
+
+
+class OpenAIRoutes:
+    """Handlers bound to one replica."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.rep = replica
+        self.cfg = replica.cfg
+
+    def add_to(self, app: web.Application) -> None:
+        """Register every route on ``app``."""
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/load", self.load)
+        app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_get("/metrics", self.metrics)
+
+    # -- small routes -----------------------------------------------------------------------
+    async def models(self, request: web.Request) -> web.Response:
+        """``GET /v1/models``."""
+        cfg, created = self.cfg, self.rep.created
+        perm = {
+            "id": f"modelperm-{uuid.UUID(int=self.rep.index + 1).hex}",
+            "object": "model_permission",
+            "created": created,
+            "allow_create_engine": False,
+            "allow_sampling": True,
+            "allow_logprobs": True,
+            "allow_search_indices": False,
+            "allow_view": True,
+            "allow_fine_tuning": False,
+            "organization": "*",
+            "group": None,
+            "is_blocking": False,
+        }
+        card = {
+            "id": cfg.model,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": cfg.model,
+            "parent": None,
+            "max_model_len": cfg.max_model_len,
+            "permission": [perm],
+        }
+        return json_response({"object": "list", "data": [card]})
+
+    async def version(self, request: web.Request) -> web.Response:
+        """``GET /version``."""
+        return json_response({"version": self.cfg.version_string})
+
+    async def health(self, request: web.Request) -> web.Response:
+        """``GET /health``: 200 with an empty body; 503 once the engine is dead."""
+        return web.Response(status=200 if self.rep.alive else 503)
+
+    async def load(self, request: web.Request) -> web.Response:
+        """``GET /load``: requests inside the engine."""
+        eng = self.rep.engine
+        return json_response({"server_load": len(eng.running) + len(eng.waiting)})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """``GET /metrics``: this replica's Prometheus text."""
+        return web.Response(
+            body=self.rep.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """``POST /tokenize``: accepts ``prompt`` or ``messages``."""
+        try:
+            body = parse_json(await request.read())
+            check_model(body, self.cfg)
+            if "messages" in body:
+                msgs = body["messages"]
+                if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs):
+                    raise ApiError(400, "messages must be a list of objects")
+                ids = chat_token_ids(
+                    msgs, body.get("tools") or None, bool(body.get("add_generation_prompt", True))
+                )
+            else:
+                text, n = prompt_text(body)
+                ids = token_ids(text) if text is not None else list(body["prompt"])[:n]
+        except ApiError as e:
+            return error_response(e.status, e.message, e.err_type)
+        return json_response(
+            {
+                "count": len(ids),
+                "max_model_len": self.cfg.max_model_len,
+                "tokens": ids,
+                "token_strs": None,
+            }
+        )
+
+    # -- generation -------------------------------------------------------------------------
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/chat/completions``."""
+        return await self._generate(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/completions``."""
+        return await self._generate(request, chat=False)
+
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        rep, cfg = self.rep, self.cfg
+        xrid = request.headers.get("X-Request-Id")
+        rep.request_counter += 1
+        rid = ("chatcmpl-" if chat else "cmpl-") + (xrid or uuid.uuid4().hex)
+        try:
+            body = parse_json(await request.read())
+            parsed = parse_chat(body, cfg) if chat else parse_completion(body, cfg)
+        except ApiError as e:
+            return self._reply_error(request, xrid, e.status, e.message, e.err_type)
+        if not rep.alive:
+            return self._reply_error(request, xrid, 500, wire.ENGINE_DEAD_MESSAGE)
+        fault = rep.faults.match_request(xrid, rep.index)
+        if fault is not None and fault.action in ("http_500", "http_503"):
+            status = 500 if fault.action == "http_500" else 503
+            rep.log.warning("simengine.py:0", f"fault {fault.action} injected into {rid}")
+            msg = "Internal server error" if status == 500 else "Service unavailable"
+            return self._reply_error(request, xrid, status, msg)
+        rep.log.info(
+            "logger.py:49",
+            f"Received request {rid}: prompt_tokens: {parsed.prompt_tokens}, "
+            f"max_tokens: {parsed.out.max_tokens}, stream: {parsed.stream}",
+        )
+        if rep.engine.queue_full():
+            return await self._reject_full(request, xrid, rid, parsed.stream, chat)
+        seed_key = f"{cfg.seed}:{xrid}" if xrid else f"{cfg.seed}:#{rep.request_counter}"
+        plan, vocab_idx = build_plan(
+            parsed.out,
+            random.Random(seed_key),
+            mean_output_tokens=cfg.mean_output_tokens,
+            reasoning_tokens=cfg.reasoning_tokens,
+            tool_call_probability=cfg.tool_call_probability,
+            parallel_tool_call_probability=cfg.parallel_tool_call_probability,
+        )
+        for note in plan.notes:
+            rep.log.warning("structured_outputs.py:0", f"{rid}: {note}")
+        created = int(time.time())
+        template = wire.StreamTemplate(rid, created, cfg.model, chat)
+        resp: web.StreamResponse | None = None
+        if parsed.stream:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+            await resp.prepare(request)
+            self._access(request, xrid, 200)
+        seq = Sequence(
+            rid=rid,
+            plan=plan,
+            prompt_tokens=parsed.prompt_tokens,
+            template=template,
+            transport=request.transport,
+            stream=parsed.stream,
+            include_usage=parsed.include_usage,
+            frags=wire.stream_frags(plan, vocab_idx, chat) if parsed.stream else None,
+            prefix_hit=rep.prefix_hit(parsed.prefix_key, parsed.prefix_tokens),
+            fault=fault,
+        )
+        rep.engine.submit(seq)
+        await seq.done
+        if resp is not None:
+            # aiohttp ends the chunked body (write_eof) and ignores a client already gone.
+            return resp
+        if seq.outcome == "abort":
+            # The client is gone; aiohttp drops whatever is returned.
+            return web.Response(status=499)
+        if seq.error is not None:
+            return self._reply_error(request, xrid, seq.error[1], seq.error[0])
+        n = seq.generated
+        if chat:
+            message = _chat_message(plan, n)
+            body_out = wire.chat_response(
+                rid, created, cfg.model, message, _finish(plan, n), seq.prompt_tokens, n
+            )
+        else:
+            text = "".join(plan.texts[:n])
+            body_out = wire.completion_response(
+                rid, created, cfg.model, text, _finish(plan, n), seq.prompt_tokens, n
+            )
+        if seq.malformed:
+            body_out = body_out[: max(len(body_out) // 2, 8)]
+        self._access(request, xrid, 200)
+        return web.Response(body=body_out, content_type=_JSON)
+
+    async def _reject_full(
+        self, request: web.Request, xrid: str | None, rid: str, stream: bool, chat: bool
+    ) -> web.StreamResponse:
+        rep = self.rep
+        rep.rejections += 1
+        msg = (
+            f"The engine's waiting queue is full (max_num_queued_reqs="
+            f"{self.cfg.max_num_queued_reqs}); request {rid} was rejected. Retry later."
+        )
+        rep.log.warning("scheduler.py:0", msg)
+        # vLLM answers some rejections before the response starts (HTTP 503) and others
+        # after it (an error event inside a 200 stream); alternate to show both.
+        if not stream or rep.rejections % 2 == 1:
+            return self._reply_error(request, xrid, 503, msg)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await resp.prepare(request)
+        self._access(request, xrid, 200)
+        await resp.write(b"data: " + wire.error_body(msg, "ServiceUnavailableError", 503) + b"\n\n")
+        await resp.write(wire.DONE)
+        await resp.write_eof()
+        return resp
+
+    def _reply_error(
+        self,
+        request: web.Request,
+        xrid: str | None,
+        status: int,
+        message: str,
+        err_type: str | None = None,
+    ) -> web.Response:
+        self._access(request, xrid, status)
+        return error_response(status, message, err_type)
+
+    def _access(self, request: web.Request, xrid: str | None, status: int) -> None:
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        who = f"{peer[0]}:{peer[1]}" if peer else "-"
+        phrase = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error",
+                  503: "Service Unavailable"}.get(status, "")  # fmt: skip
+        self.rep.log.info(
+            "api_server.py:0",
+            f'{who} - "{request.method} {request.path} HTTP/1.1" {status} {phrase} '
+            f"X-Request-Id: {xrid or '-'}",
+        )
+
+
+def _finish(plan: Plan, emitted: int) -> str:
+    return plan.finish if emitted >= len(plan) else "length"
+
+
+def _chat_message(plan: Plan, n: int) -> dict[str, Any]:
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    tidx = plan.tool_index
+    for i in range(n):
+        kind, text = plan.kinds[i], plan.texts[i]
+        if kind == K_CONTENT:
+            content.append(text)
+        elif kind == K_REASONING:
+            reasoning.append(text)
+        elif kind == K_TOOL_HEAD:
+            call = plan.tool_calls[tidx[i] if tidx else 0]
+            calls.append({"id": call.id, "type": "function",
+                          "function": {"name": text, "arguments": ""}})  # fmt: skip
+        else:
+            calls[-1]["function"]["arguments"] += text
+    msg: dict[str, Any] = {"content": "".join(content) if content or not calls else None}
+    if reasoning:
+        msg["reasoning"] = "".join(reasoning)
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
