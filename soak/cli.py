@@ -89,10 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--gpus-per-replica", type=int, default=4)
     _add_common(demo)
 
-    sim = sub.add_parser(
-        "sim", help="run the simulated engine (see: soaktop sim --help)", add_help=False
-    )
-    sim.add_argument("sim_args", nargs=argparse.REMAINDER)
+    # Listed for --help only: main() hands `sim ...` to the simulated engine's own parser.
+    sub.add_parser("sim", help="run the simulated engine (see: soaktop sim --help)")
 
     verify = sub.add_parser("verify", help="recompute a record from its journals")
     verify.add_argument("run_dir", type=Path)
@@ -215,13 +213,6 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         return 1
 
 
-def cmd_sim(ns: argparse.Namespace) -> int:
-    """``soaktop sim ...``: the simulated engine in the foreground."""
-    from simengine.cli import main as sim_main
-
-    return int(sim_main(ns.sim_args) or 0)
-
-
 def cmd_verify(ns: argparse.Namespace) -> int:
     """``soaktop verify RUN_DIR``."""
     from soak.verify import verify_run
@@ -262,11 +253,15 @@ def cmd_recover(ns: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``soaktop`` console script and ``python -m soak``."""
-    ns = build_parser().parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["sim"]:  # everything after `sim` belongs to the simulated engine's parser
+        from simengine.cli import main as sim_main
+
+        return int(sim_main(args[1:]) or 0)
+    ns = build_parser().parse_args(args)
     handlers = {
         "run": cmd_run,
         "demo": cmd_demo,
-        "sim": cmd_sim,
         "verify": cmd_verify,
         "recover": cmd_recover,
     }

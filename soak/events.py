@@ -11,9 +11,11 @@ import time
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from soak.journal import JsonlWriter
+from soak.redact import Redactor
 
 Severity = Literal["info", "warning", "error", "critical"]
 EventKind = Literal[
@@ -51,9 +53,12 @@ class Event(BaseModel):
 class EventLog:
     """Writes events to ``events.jsonl`` and keeps the ones not yet sent in a snapshot."""
 
-    def __init__(self, writer: JsonlWriter, origin_ns: int) -> None:
+    def __init__(
+        self, writer: JsonlWriter, origin_ns: int, redactor: Redactor | None = None
+    ) -> None:
         self.writer = writer
         self._origin_ns = origin_ns
+        self._redactor = redactor if redactor is not None and redactor.enabled else None
         self._pending: list[Event] = []
 
     def emit(
@@ -68,7 +73,11 @@ class EventLog:
             message=message,
             data=data,
         )
-        self.writer.write(ev.model_dump(mode="json"))
+        line = orjson.dumps(ev.model_dump(mode="json"))
+        if self._redactor is not None:
+            line = self._redactor.raw(line)
+            ev = Event.model_validate_json(line)
+        self.writer.write_raw(line)
         self._pending.append(ev)
         return ev
 

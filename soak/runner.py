@@ -32,6 +32,7 @@ from soak.finalize import build_identity, finalize_run
 from soak.identity import count_tokens, probe_all
 from soak.journal import JsonlWriter, request_line
 from soak.record import EXIT_USAGE, EndpointIdentity, PhaseSpan, write_atomic
+from soak.redact import Redactor
 from soak.runid import create_run_dir, make_run_id
 from soak.snapshot import ClientView, LoadView, Snapshot
 from soak.summary import LoadTiming
@@ -73,7 +74,8 @@ class Runner:
         self.endpoints = endpoints
         self.pool = pool
         self.clock = clock
-        self.events = EventLog(JsonlWriter(run_dir / "events.jsonl"), origin_ns)
+        self.redactor = Redactor(config.endpoints, config.redact)
+        self.events = EventLog(JsonlWriter(run_dir / "events.jsonl"), origin_ns, self.redactor)
         self.requests = JsonlWriter(run_dir / "requests.jsonl")
         self.snapshots = JsonlWriter(run_dir / "snapshots.jsonl")
         self.live = LiveLoadStats(config.window_s)
@@ -110,6 +112,8 @@ class Runner:
 
     def on_result(self, r: RequestResult) -> None:
         """Journal one finished request and count it."""
+        if self.redactor.enabled and r.failure_detail:
+            r.failure_detail = self.redactor.text(r.failure_detail)
         self.requests.write_raw(request_line(r, self.origin_ns))
         self.live.record(r, self.now_s())
         if r.cancelled:
@@ -264,6 +268,8 @@ class Runner:
 
     def _preflight(self) -> None:
         for ep in self.endpoints:
+            ep.url = self.redactor.text(ep.url)
+            ep.error = self.redactor.text(ep.error) if ep.error else None
             if not ep.reachable:
                 self.preflight_errors.append(f"endpoint {ep.url} unreachable: {ep.error}")
             elif ep.error:
@@ -351,7 +357,7 @@ class Runner:
                 "info" if all_started else "error",
                 workers_started=st.workers_started,
                 requested=cfg.concurrency,
-                failures=dict(st.start_failures),
+                failures={self.redactor.text(k): n for k, n in st.start_failures.items()},
             )
             released_at = None
             if all_started and self.stop_asked is None:
@@ -369,7 +375,7 @@ class Runner:
             requested_concurrency=cfg.concurrency,
             workers_started=st.workers_started,
             barrier_released=st.barrier_released_ns is not None,
-            worker_start_failures=dict(st.start_failures),
+            worker_start_failures={self.redactor.text(k): n for k, n in st.start_failures.items()},
             barrier_released_at=released_at,
             barrier_wait_s=wait_s,
             issue_start_s=rel(st.barrier_released_ns),

@@ -1,1 +1,1 @@
-"""placeholder"""
+"""Textual themes and stylesheets: the only place colour is defined (arrives with the TUI)."""

@@ -37,9 +37,11 @@ def test_malformed_toml(tmp_path):
 
 
 def test_missing_prompt_file_and_bad_url(tmp_path):
-    with pytest.raises(ConfigError, match="prompts file .*does not exist"):
+    with pytest.raises(ConfigError, match=r"prompts file .*does not exist"):
         load_config({"prompts": tmp_path / "nope.json"}, environ={}, base=BASE)
-    with pytest.raises(ConfigError, match=r"endpoints = \['localhost:8000'\].*not an http\(s\) URL"):
+    with pytest.raises(
+        ConfigError, match=r"endpoints = \['localhost:8000'\].*not an http\(s\) URL"
+    ):
         load_config({"endpoints": ["localhost:8000"]}, environ={}, base=BASE)
 
 

@@ -9,9 +9,16 @@ S = 1_000_000_000
 def ok(sent_s: float, ttft_s: float, e2e_s: float, tokens: int) -> RequestResult:
     sent = int(sent_s * S)
     return RequestResult(
-        request_id="r", worker=0, prompt_id=0, sent_ns=sent,
-        first_token_ns=sent + int(ttft_s * S), end_ns=sent + int(e2e_s * S),
-        status=200, output_tokens=tokens, prompt_tokens=10, chunks=tokens,
+        request_id="r",
+        worker=0,
+        prompt_id=0,
+        sent_ns=sent,
+        first_token_ns=sent + int(ttft_s * S),
+        end_ns=sent + int(e2e_s * S),
+        status=200,
+        output_tokens=tokens,
+        prompt_tokens=10,
+        chunks=tokens,
         itl_ns=[int(0.01 * S)] * (tokens - 1),
     )
 
@@ -26,8 +33,9 @@ def test_window_drops_old_requests_cumulative_keeps_them():
     live = LiveLoadStats(window_s=5)
     for t in range(20):
         live.record(ok(t, 0.1, 0.5, 10), now_s=t + 0.5)
-    failed = RequestResult(request_id="f", worker=0, prompt_id=0, sent_ns=0,
-                           status=500, failure=FailureClass.HTTP_5XX)
+    failed = RequestResult(
+        request_id="f", worker=0, prompt_id=0, sent_ns=0, status=500, failure=FailureClass.HTTP_5XX
+    )
     live.record(failed, now_s=19.5)
     win = live.window(now_s=20.0, load_elapsed_s=20.0)
     cum = live.cumulative(load_elapsed_s=20.0)
