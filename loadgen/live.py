@@ -97,17 +97,24 @@ class LiveLoadStats:
                 self._cum.hists[key].add(v)
         if r.itl_ns:
             gaps = np.asarray(r.itl_ns, dtype=np.float64) / 1e9
-            slot.hists["itl"].add_many(gaps)
-            self._cum.hists["itl"].add_many(gaps)
+            counts = LogHistogram.bucket_counts(gaps)
+            slot.hists["itl"].add_many(gaps, counts)
+            self._cum.hists["itl"].add_many(gaps, counts)
 
-    def window(self, now_s: float, load_elapsed_s: float) -> ThroughputView:
-        """The last ``window_s`` full seconds (fewer at the start of the load)."""
+    def window(self, now_s: float, load_start_s: float) -> ThroughputView:
+        """The last ``window_s`` full seconds, clipped to the load's start.
+
+        The current second is still filling, so it is left out; the span is exactly the
+        time the counted slots cover (a window that began before the barrier released is
+        shortened to the release).
+        """
         current = int(now_s)
+        start = current - self.window_s
         merged = _Slot()
         for slot in self._ring:
-            if current - self.window_s <= slot.second < current:
+            if start <= slot.second < current:
                 _merge(merged, slot)
-        span = float(min(self.window_s, max(load_elapsed_s, 0.0)))
+        span = max(0.0, current - max(float(start), load_start_s))
         return _view(merged, span)
 
     def cumulative(self, load_elapsed_s: float) -> ThroughputView:

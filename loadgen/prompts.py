@@ -234,6 +234,8 @@ async def synthetic(
             if abs(measured - target_tokens) <= max(1, target_tokens // 100):
                 break
             n_words = max(1, round(n_words * target_tokens / measured))
+        else:  # not converged: the last count belongs to the previous word count
+            measured = await count_tokens(_words(random.Random(seed), n_words)) or None
     texts = [_words(rng, n_words) for _ in range(count)]
     nominal = [measured] * count if measured is not None else None
     return PromptPool(

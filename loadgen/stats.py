@@ -103,14 +103,22 @@ class LogHistogram:
         if self.max is None or v > self.max:
             self.max = v
 
-    def add_many(self, values: np.ndarray) -> None:
-        """Count many values at once (e.g. one request's inter-token gaps)."""
+    @classmethod
+    def bucket_counts(cls, values: np.ndarray) -> np.ndarray:
+        """Counts per bucket of ``values`` — compute once, add to several histograms."""
+        clipped = np.maximum(values, cls._MIN)
+        idx = np.minimum(cls._N - 1, (np.log(clipped / cls._MIN) / cls._LOG_G).astype(int) + 1)
+        idx[values <= cls._MIN] = 0
+        return np.bincount(idx, minlength=cls._N)
+
+    def add_many(self, values: np.ndarray, counts: np.ndarray | None = None) -> None:
+        """Count many values at once (e.g. one request's inter-token gaps).
+
+        ``counts`` is ``bucket_counts(values)`` when the caller already has it.
+        """
         if values.size == 0:
             return
-        clipped = np.maximum(values, self._MIN)
-        idx = np.minimum(self._N - 1, (np.log(clipped / self._MIN) / self._LOG_G).astype(int) + 1)
-        idx[values <= self._MIN] = 0
-        np.add.at(self.counts, idx, 1)
+        self.counts += self.bucket_counts(values) if counts is None else counts
         self.n += int(values.size)
         self.total += float(values.sum())
         vmax = float(values.max())

@@ -24,9 +24,7 @@ class StreamingClient(Protocol):
 
     async def warm_connection(self, url: str) -> None: ...
 
-    async def stream(
-        self, url: str, body: bytes, *, request_id: str, worker: int, prompt_id: int
-    ) -> RequestResult: ...
+    async def stream_into(self, result: RequestResult, url: str, body: bytes) -> RequestResult: ...
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,11 @@ class LoadState:
     issue_ended_ns: int | None = None
     drain_ended_ns: int | None = None
     stop_reason: str | None = None
-    cancelled_at_drain: int = 0
+    cancelled: int = 0
+    cancel_cause: str | None = None
+    """Why in-flight requests were cut: ``drain deadline`` or ``abort``."""
+    worker_errors: Counter[str] = field(default_factory=Counter)
+    """Workers that died of an exception in soaktop itself (each one a lost worker)."""
 
 
 class LoadGenerator:
@@ -82,7 +84,7 @@ class LoadGenerator:
         self._all_ready = asyncio.Event()
         self._release = asyncio.Event()
         self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self.tasks: list[asyncio.Task[None]] = []
         self._ready_or_failed = 0
         self.on_issue_end: Callable[[], None] | None = None
         """Called once when the issue window closes (the drain begins)."""
@@ -96,16 +98,20 @@ class LoadGenerator:
         """
         for i in range(self.plan.concurrency):
             try:
-                self._tasks.append(asyncio.create_task(self._worker(i), name=f"worker-{i}"))
+                self.tasks.append(asyncio.create_task(self._worker(i), name=f"worker-{i}"))
             except (RuntimeError, MemoryError) as e:  # pragma: no cover - resource exhaustion
                 self.state.start_failures[f"{type(e).__name__}: {e}"] += 1
                 self._mark_ready_or_failed()
-        try:
-            await asyncio.wait_for(self._all_ready.wait(), self.plan.barrier_timeout_s)
-        except TimeoutError:
-            missing = self.plan.concurrency - self._ready_or_failed
-            if missing:
-                self.state.start_failures["not ready before the barrier timeout"] += missing
+        ready = asyncio.ensure_future(self._all_ready.wait())
+        stop = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait(
+            {ready, stop}, timeout=self.plan.barrier_timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        ready.cancel()
+        stop.cancel()
+        missing = self.plan.concurrency - self._ready_or_failed
+        if missing and not self._stop.is_set():
+            self.state.start_failures["not ready before the barrier timeout"] += missing
         return self.state.workers_started == self.plan.concurrency
 
     def _mark_ready_or_failed(self) -> None:
@@ -123,7 +129,7 @@ class LoadGenerator:
         waiters: set[asyncio.Future[object]] = {stop_wait}  # type: ignore[arg-type]
         if self.plan.duration_s is not None:
             waiters.add(asyncio.ensure_future(asyncio.sleep(self.plan.duration_s)))
-        workers_done = asyncio.ensure_future(asyncio.gather(*self._tasks, return_exceptions=True))
+        workers_done = asyncio.ensure_future(asyncio.gather(*self.tasks, return_exceptions=True))
         waiters.add(workers_done)  # type: ignore[arg-type]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         if not self._stop.is_set():
@@ -135,11 +141,14 @@ class LoadGenerator:
             if w is not workers_done:
                 w.cancel()
         await self._drain(workers_done)
+        for outcome in workers_done.result():
+            if isinstance(outcome, Exception):
+                self.state.worker_errors[f"{type(outcome).__name__}: {outcome}"[:200]] += 1
 
     async def _drain(self, workers_done: asyncio.Future[Any]) -> None:
         done, _ = await asyncio.wait({workers_done}, timeout=self.plan.drain_timeout_s)
         if not done:
-            self.abort()
+            self._cut("drain deadline")
             await asyncio.gather(workers_done, return_exceptions=True)
         self.state.drain_ended_ns = self._clock_ns()
 
@@ -151,17 +160,22 @@ class LoadGenerator:
 
     def abort(self) -> None:
         """Cancel every in-flight request now (they are journaled as cancelled)."""
-        self.stop_issuing(self.state.stop_reason or "aborted")
+        self._cut("abort")
+
+    def _cut(self, cause: str) -> None:
+        self.stop_issuing(self.state.stop_reason or cause)
+        if self.state.cancel_cause is None:
+            self.state.cancel_cause = cause
         self._release.set()
-        for t in self._tasks:
+        for t in self.tasks:
             t.cancel()
 
     async def cancel_unstarted(self) -> None:
         """Tear down workers when the barrier failed (no load is issued)."""
         self._stop.set()
-        for t in self._tasks:
+        for t in self.tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
     # -- the worker ------------------------------------------------------------------------
 
@@ -174,6 +188,9 @@ class LoadGenerator:
             return None
         seq = self.state.issued
         self.state.issued += 1
+        if limit is not None and self.state.issued >= limit:
+            # Close the window at the last send, not when a worker next asks for work.
+            self.stop_issuing("request count reached")
         return seq
 
     async def _worker(self, index: int) -> None:
@@ -194,25 +211,21 @@ class LoadGenerator:
         while (seq := self._next_seq()) is not None:
             prompt = self._pool.pick(seq)
             body = self._bodies.build(self._pool.text_for(seq, prompt))
-            rid = f"{prefix}/{seq}"
+            result = RequestResult(
+                request_id=f"{prefix}/{seq}",
+                worker=index,
+                prompt_id=prompt.id,
+                sent_ns=self._clock_ns(),  # the client resets it just before the POST
+            )
             self.state.in_flight += 1
-            sent = self._clock_ns()
             try:
-                result = await self._client.stream(
-                    url, body, request_id=rid, worker=index, prompt_id=prompt.id
-                )
+                await self._client.stream_into(result, url, body)
             except asyncio.CancelledError:
-                self.state.cancelled_at_drain += 1
-                self._on_result(
-                    RequestResult(
-                        request_id=rid,
-                        worker=index,
-                        prompt_id=prompt.id,
-                        sent_ns=sent,
-                        cancelled=True,
-                        failure_detail="cancelled by soaktop (drain deadline or abort)",
-                    )
-                )
+                # The partial measurements stay on `result`; journal it, marked cancelled.
+                result.cancelled = True
+                result.failure_detail = f"cancelled by soaktop ({self.state.cancel_cause})"
+                self.state.cancelled += 1
+                self._on_result(result)
                 raise
             finally:
                 self.state.in_flight -= 1

@@ -7,6 +7,7 @@ Exit codes (DESIGN.md §6): 0 passed, 1 failed, 2 usage or configuration error,
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -128,16 +129,29 @@ def _headless(cfg: RunConfig) -> bool:
     return True
 
 
-def _execute(cfg: RunConfig) -> int:
+def launch(cfg: RunConfig, detach_on_hup: bool = True) -> tuple[int, Path | None]:
+    """Start the runner and follow it headless: (exit code, run directory if one was made)."""
     from soak.headless import follow
     from soak.spawn import RunnerStartError, start_runner
 
     _headless(cfg)
+    pending: list[int] = []  # signals that arrive while the runner is starting
+
+    def hold(signum: int, _frame: object) -> None:
+        pending.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, hold)
     try:
         handle = start_runner(cfg)
     except RunnerStartError as e:
-        return e.returncode
-    return follow(handle, cfg.interval_s)
+        if e.returncode != EXIT_USAGE:
+            print(f"soaktop: the runner failed to start ({e}); nothing was run", file=sys.stderr)
+        return EXIT_USAGE, None
+    for signum in pending:
+        if not (signum == signal.SIGHUP and detach_on_hup):
+            handle.signal(signum)
+    return follow(handle, cfg.interval_s, detach_on_hup=detach_on_hup), handle.run_dir
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
@@ -147,7 +161,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"soaktop: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
-    return _execute(cfg)
+    return launch(cfg)[0]
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
@@ -196,16 +210,10 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 f"({', '.join(sim.urls)}), scenario {ns.scenario}",
                 flush=True,
             )
-            from soak.headless import follow
-            from soak.spawn import RunnerStartError, start_runner
-
-            _headless(cfg)
-            try:
-                handle = start_runner(cfg)
-            except RunnerStartError as e:
-                return e.returncode
-            rc = follow(handle, cfg.interval_s)
-            keep_server_logs(sim, handle.run_dir)
+            # The engine dies with this process, so a hang-up stops the run (no detach).
+            rc, run_dir = launch(cfg, detach_on_hup=False)
+            if run_dir is not None:
+                keep_server_logs(sim, run_dir)
             cleanup(sim)
             return rc
     except SimStartError as e:

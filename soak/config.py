@@ -97,6 +97,11 @@ class RunConfig(BaseModel):
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ValueError(f"{url!r} is not an http(s) URL like http://127.0.0.1:8000")
+            if parts.username or parts.password:
+                raise ValueError(
+                    "credentials inside an endpoint URL would be written to the run directory; "
+                    "give the key with --api-key-env VAR instead"
+                )
             out.append(url.rstrip("/").removesuffix("/v1"))
         return out
 
@@ -118,6 +123,7 @@ class RunConfig(BaseModel):
             data["out"] = "<redacted>"
             if data["prompts"]:
                 data["prompts"] = "<redacted>"
+            data["api_key_env"] = "<redacted>" if data["api_key_env"] else None
         return data
 
 
@@ -130,11 +136,21 @@ def format_validation_error(err: ValidationError, source: str = "") -> str:
             allowed = ", ".join(sorted(RunConfig.model_fields))
             lines.append(f"unknown key {field!r}{source}; allowed keys: {allowed}")
             continue
-        value = e.get("input")
+        value = _mask_userinfo(e.get("input"))
         shown = "" if isinstance(value, dict) else f" = {value!r}"
         msg = e["msg"].removeprefix("Value error, ")
         lines.append(f"{field}{shown}{source}: {msg}")
     return "\n".join(lines)
+
+
+def _mask_userinfo(value: Any) -> Any:
+    """Never echo a password given inside a URL, even in an error message."""
+    if isinstance(value, list):
+        return [_mask_userinfo(v) for v in value]
+    if isinstance(value, str) and "@" in value and "://" in value:
+        scheme, rest = value.split("://", 1)
+        return f"{scheme}://<credentials>@{rest.split('@', 1)[1]}"
+    return value
 
 
 _LIST_FIELDS = {"endpoints"}
@@ -182,6 +198,8 @@ def load_config(
         src = f" (config file {toml_path}, environment or command line)"
     merged.update(env_overrides(os.environ if environ is None else environ))
     merged.update({k: v for k, v in cli.items() if v is not None})
+    if merged.get("max_requests") is not None and "duration_s" not in merged:
+        merged["duration_s"] = None  # a request count alone ends the window, not the 60 s default
     try:
         return RunConfig.model_validate(merged)
     except ValidationError as e:

@@ -65,6 +65,8 @@ class EventLog:
         self, kind: EventKind, message: str, severity: Severity = "info", **data: Any
     ) -> Event:
         """Record an event now."""
+        if self._redactor is not None:  # scrub values, never the serialized structure
+            message, data = self._redactor.text(message), self._redactor.obj(data)
         ev = Event(
             t=(time.perf_counter_ns() - self._origin_ns) / 1e9,
             wall=datetime.now(UTC).isoformat(timespec="milliseconds"),
@@ -73,11 +75,7 @@ class EventLog:
             message=message,
             data=data,
         )
-        line = orjson.dumps(ev.model_dump(mode="json"))
-        if self._redactor is not None:
-            line = self._redactor.raw(line)
-            ev = Event.model_validate_json(line)
-        self.writer.write_raw(line)
+        self.writer.write_raw(orjson.dumps(ev.model_dump(mode="json")))
         self._pending.append(ev)
         return ev
 

@@ -18,6 +18,7 @@ from soak.record import (
     EXIT_CODES,
     ClientHealth,
     Identity,
+    Reason,
     RunRecord,
     summary_csv,
     write_atomic,
@@ -54,11 +55,20 @@ def build_identity(runner: Runner) -> Identity:
         engine=engine or "unknown",
         endpoints=eps,
         config_sha256=config_sha256(cfg.public_dict()),
-        prompt_pool=runner.pool.describe() if runner.pool else {},
+        prompt_pool=_pool_facts(runner),
         soaktop_version=__version__,
         host=host,
         clock=dict(runner.clock),
     )
+
+
+def _pool_facts(runner: Runner) -> dict[str, object]:
+    if runner.pool is None:
+        return {}
+    facts = runner.pool.describe()
+    if runner.config.redact:  # the file path is the operator's, not part of the result
+        facts["source"] = str(facts["source"]).split(":", 1)[0] + ":<redacted>"
+    return facts
 
 
 def client_health(runner: Runner) -> ClientHealth:
@@ -94,6 +104,14 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
             health=health,
             max_failures=cfg.max_failures,
             max_loop_lag_s=cfg.max_loop_lag_s,
+            extra=[
+                Reason(
+                    code="internal_error",
+                    effect="invalid",
+                    message=f"soaktop itself failed ({msg}); see runner.log",
+                )
+                for msg in runner.internal_errors
+            ],
         )
     )
     runner.enter("done", f"verdict {status.value}")

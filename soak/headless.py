@@ -5,6 +5,7 @@ Reads only ``snapshots.jsonl`` (the same data the TUI shows); never computes sta
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
@@ -98,37 +99,49 @@ def follow(
     out: TextIO = sys.stdout,
     poll_s: float = 0.25,
     clock: Callable[[], float] = time.monotonic,
+    detach_on_hup: bool = True,
 ) -> int:
-    """Print status lines until the runner exits; forward SIGINT/SIGTERM/SIGHUP to it."""
+    """Print status lines until the runner exits.
 
-    def forward(signum: int, _frame: object) -> None:
-        print(
-            f"soaktop: {signal.Signals(signum).name} → stopping the run (drain, record)",
-            file=out,
-            flush=True,
-        )
-        handle.signal(signum)
+    SIGINT/SIGTERM are forwarded to the runner (graceful stop; a second SIGINT aborts the
+    drain). SIGHUP — the SSH link dropped — detaches: the runner, in its own session,
+    finishes the soak and writes its record; this process leaves quietly with 129.
+    With ``detach_on_hup=False`` (the demo, whose engine dies with this process) SIGHUP
+    is forwarded like the others.
+    """
+    forwarded: list[int] = []
+    hung_up = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal hung_up
+        if signum == signal.SIGHUP and detach_on_hup:
+            hung_up = True
+            return
+        handle.signal(signum)  # forward first: printing here could fail on a dead terminal
+        forwarded.append(signum)
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, forward)
+        signal.signal(sig, on_signal)
     print(f"soaktop: run {handle.run_id}\n         dir {handle.run_dir}", file=out, flush=True)
     tail = SnapshotTail(handle.run_dir / "snapshots.jsonl")
     last_print = clock()
     last_phase = None
     last: dict[str, Any] | None = None
     while True:
+        if hung_up:
+            return _detached(handle, out)
+        while forwarded:
+            name = signal.Signals(forwarded.pop(0)).name
+            print(f"soaktop: {name} → stopping the run (drain, record)", file=out, flush=True)
         rc = handle.poll()
         for snap in tail.read_new():
             last = snap
             for ev in snap.get("events", []):
-                if ev["kind"] in ("phase", "barrier", "control", "mark", "fault") or ev[
-                    "severity"
-                ] in ("critical",):
+                if ev["kind"] in _SHOWN_EVENTS or ev["severity"] == "critical":
                     print(f"  {ev['wall'][11:19]} {ev['kind']}: {ev['message']}", file=out)
         if last is not None and (last["phase"] != last_phase or clock() - last_print >= interval_s):
-            if last["phase"] in ("load", "drain") or clock() - last_print >= interval_s:
-                print(status_line(last), file=out, flush=True)
-                last_print = clock()
+            print(status_line(last), file=out, flush=True)
+            last_print = clock()
             last_phase = last["phase"]
         if rc is not None:
             break
@@ -145,3 +158,18 @@ def follow(
         flush=True,
     )
     return EXIT_CODES[Status.ABORTED]
+
+
+_SHOWN_EVENTS = frozenset({"phase", "barrier", "control", "mark", "fault"})
+EXIT_DETACHED = 128 + signal.SIGHUP
+
+
+def _detached(handle: RunnerHandle, out: TextIO) -> int:
+    with contextlib.suppress(OSError):  # the terminal may already be gone
+        print(
+            f"soaktop: terminal hung up; the run goes on (pid {handle.pid}).\n"
+            f"  its record will be {handle.run_dir / 'record.json'}",
+            file=out,
+            flush=True,
+        )
+    return EXIT_DETACHED

@@ -100,7 +100,11 @@ class LoadSummary(BaseModel):
     completed: int = 0
     failed: int = 0
     cancelled: int = 0
-    """Requests soaktop itself cut at the drain deadline or on abort (not server failures)."""
+    """In-flight requests soaktop cut (see ``cancel_cause``); journaled with partial timings."""
+    cancel_cause: str | None = None
+    """``drain deadline`` (the server did not finish them in time) or ``abort`` (operator)."""
+    worker_errors: dict[str, int] = Field(default_factory=dict)
+    """Workers lost to an exception inside soaktop (the load ran with fewer workers)."""
     failures_by_class: dict[str, int] = Field(default_factory=dict)
     issue_start_s: float | None = None
     """Seconds since the run origin when the barrier released (the issue window opened)."""

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
+import psutil
 
 from soak.finalize import HASHED_FILES
 from soak.journal import read_jsonl, sha256_file
@@ -18,6 +19,7 @@ from soak.record import (
     EXIT_CODES,
     Identity,
     PhaseSpan,
+    Reason,
     RunRecord,
     summary_csv,
     write_atomic,
@@ -70,10 +72,33 @@ def _timing_from_events(run_dir: Path, config: dict) -> tuple[LoadTiming | None,
     )
 
 
+def _live_runner(run_dir: Path) -> int | None:
+    """The PID of this run's runner if it is still alive."""
+    try:
+        pid = int((run_dir / "runner.pid").read_text().strip())
+        proc = psutil.Process(pid)
+        alive = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return pid if alive and "soak.runner" in " ".join(proc.cmdline()) else None
+    except (FileNotFoundError, ValueError, psutil.Error):
+        return None
+
+
+def _in_flight_at_death(run_dir: Path, journaled: int) -> int:
+    """Requests issued (per the last snapshot) that never reached the journal."""
+    issued = 0
+    for snap in read_jsonl(run_dir / "snapshots.jsonl"):
+        issued = int(snap.get("load", {}).get("issued", 0))
+    return max(0, issued - journaled)
+
+
 def recover_run(run_dir: Path) -> RunRecord:
     """Write record.json and summary.csv for a dead runner's directory; return the record."""
     if (run_dir / "record.json").exists():
         raise RecoverError(f"{run_dir} already has a record.json; nothing to recover")
+    if (pid := _live_runner(run_dir)) is not None:
+        raise RecoverError(
+            f"the runner of {run_dir} is still alive (pid {pid}); it will write its own record"
+        )
     try:
         config = orjson.loads((run_dir / "config.json").read_bytes())
     except FileNotFoundError:
@@ -81,11 +106,22 @@ def recover_run(run_dir: Path) -> RunRecord:
     timing, phases = _timing_from_events(run_dir, config)
     method = config.get("percentile_method", "nearest-rank")
     load = summarize_load(run_dir / "requests.jsonl", timing, method) if timing else None
+    lost = _in_flight_at_death(run_dir, timing.issued) if timing else 0
+    notes = []
+    if lost:
+        notes.append(
+            Reason(
+                code="in_flight_at_death",
+                effect="note",
+                message=f"{lost} requests were in flight when the runner died: outcome unknown",
+            )
+        )
     status, reasons = decide(
         Findings(
             load=load,
             aborted="runner killed: no record was written; recovered from the journals",
             max_failures=int(config.get("max_failures", 0)),
+            extra=notes,
         )
     )
     identity = None

@@ -6,6 +6,7 @@ messages) at the point where it is written, so no writer has to remember to do i
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
 
@@ -23,7 +24,6 @@ class Redactor:
                         pairs.append((needle, f"<endpoint {i}>"))
         # Longest first, so a URL is replaced whole before its host:port is.
         self._pairs = sorted(pairs, key=lambda p: -len(p[0]))
-        self._bpairs = [(a.encode(), b.encode()) for a, b in self._pairs]
 
     def text(self, s: str) -> str:
         """``s`` with every endpoint reference replaced."""
@@ -31,8 +31,12 @@ class Redactor:
             s = s.replace(needle, repl)
         return s
 
-    def raw(self, b: bytes) -> bytes:
-        """The same for an already-serialized line."""
-        for needle, repl in self._bpairs:
-            b = b.replace(needle, repl)
-        return b
+    def obj(self, value: Any) -> Any:
+        """A JSON-like value with every string (keys too) scrubbed; structure untouched."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(str(k)): self.obj(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.obj(v) for v in value]
+        return value

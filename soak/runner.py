@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -88,6 +89,10 @@ class Runner:
         self.stop_asked: str | None = None
         self.signals = 0
         self.preflight_errors: list[str] = []
+        self.internal_errors: list[str] = []
+        self.early_signals: list[int] = []
+        self.released_at: str | None = None
+        self.barrier_wait_s: float | None = None
         self._seq = 0
         self._completed = self._failed = self._cancelled = 0
         self._failures: dict[str, int] = {}
@@ -176,13 +181,11 @@ class Runner:
             end = st.issue_ended_ns or time.perf_counter_ns()
             issue_elapsed = (end - st.barrier_released_ns) / 1e9
         released = bool(st and st.barrier_released_ns is not None)
-        load_elapsed = (
-            (time.perf_counter_ns() - st.barrier_released_ns) / 1e9
-            if st and st.barrier_released_ns is not None
-            else 0.0
-        )
-        if st and st.drain_ended_ns is not None and st.barrier_released_ns is not None:
-            load_elapsed = (st.drain_ended_ns - st.barrier_released_ns) / 1e9
+        load_elapsed = load_start = 0.0
+        if st and st.barrier_released_ns is not None:
+            load_start = (st.barrier_released_ns - self.origin_ns) / 1e9
+            end_ns = st.drain_ended_ns or time.perf_counter_ns()
+            load_elapsed = (end_ns - st.barrier_released_ns) / 1e9
         return LoadView(
             requested_concurrency=self.config.concurrency,
             workers_started=st.workers_started if st else 0,
@@ -194,7 +197,7 @@ class Runner:
             failures_by_class=dict(self._failures),
             issue_elapsed_s=issue_elapsed,
             issue_total_s=self.config.duration_s,
-            window=self.live.window(now, load_elapsed) if released else None,
+            window=self.live.window(now, load_start) if released else None,
             cumulative=self.live.cumulative(load_elapsed) if released else None,
         )
 
@@ -285,10 +288,11 @@ class Runner:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, self.on_signal, sig)
+        for early in self.early_signals:  # arrived before the handlers above existed
+            self.on_signal(early)
         self.lag.start()
         ticker = asyncio.create_task(self._ticker())
         headers = auth_headers(self.config)
-        timing: LoadTiming | None = None
         try:
             self._preflight()
             for ep in self.endpoints:
@@ -309,13 +313,20 @@ class Runner:
                     self.run_dir / "identity.json",
                     build_identity(self).model_dump_json(indent=2).encode(),
                 )
-                timing = await self._load(headers)
+            if not self.preflight_errors and self.stop_asked is None:
+                await self._load(headers)
+        except Exception as e:  # a bug or an unexpected answer must still end in a record
+            traceback.print_exc()  # into runner.log
+            self.internal_errors.append(f"{type(e).__name__}: {e}"[:300])
+            if self.gen is not None:
+                self.gen.abort()
+                await asyncio.gather(*self.gen.tasks, return_exceptions=True)
         finally:
             ticker.cancel()
             self.lag.stop()
-        return finalize_run(self, timing)
+        return finalize_run(self, self.load_timing())
 
-    async def _load(self, headers: dict[str, str]) -> LoadTiming:
+    async def _load(self, headers: dict[str, str]) -> None:
         cfg = self.config
         assert self.pool is not None
         before, after = raise_fd_limit(cfg.concurrency + 256)
@@ -350,7 +361,7 @@ class Runner:
             t_barrier = time.perf_counter_ns()
             all_started = await gen.start_workers()
             st = gen.state
-            wait_s = (time.perf_counter_ns() - t_barrier) / 1e9
+            wait_s = self.barrier_wait_s = (time.perf_counter_ns() - t_barrier) / 1e9
             self.events.emit(
                 "barrier",
                 f"{st.workers_started}/{cfg.concurrency} workers started in {wait_s:.2f} s",
@@ -359,30 +370,38 @@ class Runner:
                 requested=cfg.concurrency,
                 failures={self.redactor.text(k): n for k, n in st.start_failures.items()},
             )
-            released_at = None
             if all_started and self.stop_asked is None:
-                released_at = _now_iso()
+                self.released_at = _now_iso()
+                self.lag.take_interval(keep=False)  # barrier start-up lag is not load lag
                 self.enter("load", f"barrier released: issuing for {cfg.duration_s} s")
                 await gen.run()
             else:
                 await gen.cancel_unstarted()
-        st = gen.state
+
+    def load_timing(self) -> LoadTiming | None:
+        """The load's timing from the generator's state (None if no worker was started)."""
+        if self.gen is None:
+            return None
+        st = self.gen.state
+        scrub = self.redactor.text
 
         def rel(ns: int | None) -> float | None:
             return None if ns is None else (ns - self.origin_ns) / 1e9
 
         return LoadTiming(
-            requested_concurrency=cfg.concurrency,
+            requested_concurrency=self.config.concurrency,
             workers_started=st.workers_started,
             barrier_released=st.barrier_released_ns is not None,
-            worker_start_failures={self.redactor.text(k): n for k, n in st.start_failures.items()},
-            barrier_released_at=released_at,
-            barrier_wait_s=wait_s,
+            worker_start_failures={scrub(k): n for k, n in st.start_failures.items()},
+            barrier_released_at=self.released_at,
+            barrier_wait_s=self.barrier_wait_s,
             issue_start_s=rel(st.barrier_released_ns),
             issue_end_s=rel(st.issue_ended_ns),
             drain_end_s=rel(st.drain_ended_ns),
             issued=st.issued,
             stop_reason=st.stop_reason,
+            cancel_cause=st.cancel_cause,
+            worker_errors={scrub(k): n for k, n in st.worker_errors.items()},
         )
 
 
@@ -397,6 +416,10 @@ def _redirect_output(run_dir: Path) -> None:
 
 async def start(config: RunConfig) -> int:
     """Identity, run directory, handshake, then the run. Returns the exit code."""
+    early: list[int] = []
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, early.append, sig)
     origin_ns = time.perf_counter_ns()
     started_at = _now_iso()
     wall_at_origin = time.time()
@@ -410,7 +433,15 @@ async def start(config: RunConfig) -> int:
     endpoints = await probe_all(config.endpoints, auth_headers(config), config.connect_timeout_s)
     engine = config.engine or next((e.engine for e in endpoints if e.engine), None) or "unknown"
     run_id = make_run_id(config.model, config.label, engine, config.purpose, datetime.now(UTC))
-    run_dir, run_id = create_run_dir(config.out, run_id)
+    try:
+        run_dir, run_id = create_run_dir(config.out, run_id)
+    except OSError as e:
+        print(
+            f"soaktop: out = {str(config.out)!r}: cannot create the run directory: {e}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    (run_dir / "runner.pid").write_text(f"{os.getpid()}\n")
     (run_dir / "config.json").write_bytes(
         orjson.dumps(config.public_dict(), option=orjson.OPT_INDENT_2)
     )
@@ -418,6 +449,7 @@ async def start(config: RunConfig) -> int:
     _redirect_output(run_dir)
     clock = {"wall_at_origin": wall_at_origin, "started_at": started_at}
     runner = Runner(config, run_dir, run_id, origin_ns, started_at, endpoints, pool, clock)
+    runner.early_signals = early
     return await runner.run()
 
 

@@ -32,6 +32,8 @@ class LoadTiming:
     drain_end_s: float | None = None
     issued: int = 0
     stop_reason: str | None = None
+    cancel_cause: str | None = None
+    worker_errors: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_summary(cls, s: LoadSummary) -> LoadTiming:
@@ -53,6 +55,8 @@ class LoadTiming:
             drain_end_s=drain_end,
             issued=s.issued,
             stop_reason=s.stop_reason,
+            cancel_cause=s.cancel_cause,
+            worker_errors=dict(s.worker_errors),
         )
 
 
@@ -115,6 +119,8 @@ def summarize_load(
         completed=completed,
         failed=failed,
         cancelled=cancelled,
+        cancel_cause=timing.cancel_cause if cancelled else None,
+        worker_errors=timing.worker_errors,
         failures_by_class=dict(sorted(classes.items())),
         issue_start_s=timing.issue_start_s,
         issue_end_s=timing.issue_end_s,

@@ -80,12 +80,47 @@ def _load_reasons(f: Findings) -> list[Reason]:
                 ),
             )
         )
-    if load.cancelled:
+    if load.cancelled and load.cancel_cause == "drain deadline":
         out.append(
             Reason(
-                code="cancelled_at_drain",
+                code="drain_deadline",
+                effect="failed",
+                message=(
+                    f"{load.cancelled} requests did not finish within the drain deadline "
+                    "(a stalled or overloaded server); they were cut by soaktop"
+                ),
+            )
+        )
+    elif load.cancelled:
+        out.append(
+            Reason(
+                code="cancelled",
                 effect="note",
-                message=f"{load.cancelled} in-flight requests were cut by the drain deadline",
+                message=(
+                    f"{load.cancelled} in-flight requests were cancelled by the {load.cancel_cause}"
+                ),
+            )
+        )
+    if load.worker_errors:
+        why = "; ".join(f"{n}× {msg}" for msg, n in load.worker_errors.items())
+        out.append(
+            Reason(
+                code="worker_errors",
+                effect="invalid",
+                message=f"load workers died inside soaktop ({why}): the load was not held",
+            )
+        )
+    accounted = load.completed + load.failed + load.cancelled
+    if load.issued != accounted:
+        out.append(
+            Reason(
+                code="counters_inconsistent",
+                effect="invalid",
+                message=(
+                    f"{load.issued} requests issued but {accounted} journaled "
+                    f"({load.completed} completed, {load.failed} failed, "
+                    f"{load.cancelled} cancelled)"
+                ),
             )
         )
     return out
@@ -115,7 +150,13 @@ def decide(f: Findings) -> tuple[Status, list[Reason]]:
     reasons += _load_reasons(f) + _health_reasons(f) + f.extra
     order = {"aborted": 0, "invalid": 1, "failed": 2, "note": 3}
     reasons.sort(key=lambda r: order[r.effect])
+    return status_of(reasons), reasons
+
+
+def status_of(reasons: list[Reason]) -> Status:
+    """The status that a list of reasons implies (the strongest effect)."""
+    effects = {r.effect for r in reasons}
     for effect, status in _PRECEDENCE:
-        if any(r.effect == effect for r in reasons):
-            return status, reasons
-    return Status.PASSED, reasons
+        if effect in effects:
+            return status
+    return Status.PASSED

@@ -13,9 +13,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from soak.journal import sha256_file
-from soak.record import load_record
+from soak.finalize import HASHED_FILES
+from soak.journal import read_jsonl, sha256_file
+from soak.record import EXIT_CODES, LoadSummary, RunRecord, Status, load_record
 from soak.summary import LoadTiming, summarize_load
+from soak.verdict import Findings, decide, status_of
 
 
 def _diff(path: str, a: Any, b: Any, out: list[str]) -> None:
@@ -38,6 +40,9 @@ def verify_run(run_dir: Path) -> list[str]:
     except ValidationError as e:
         return [f"record.json does not match the schema: {e}"]
     problems: list[str] = []
+    for name in HASHED_FILES:
+        if (run_dir / name).exists() and name not in rec.files:
+            problems.append(f"{name} is in the run directory but the record holds no hash of it")
     for name, digest in rec.files.items():
         path = run_dir / name
         if not path.exists():
@@ -52,4 +57,46 @@ def verify_run(run_dir: Path) -> list[str]:
             run_dir / "requests.jsonl", LoadTiming.from_summary(rec.load), method
         )
         _diff("load", rec.load.model_dump(mode="json"), again.model_dump(mode="json"), problems)
+        _check_verdict(rec, again, problems)
+    elif any(True for _ in read_jsonl(run_dir / "requests.jsonl")):
+        problems.append("requests.jsonl holds requests but the record has no load summary")
+    implied = status_of(rec.reasons)
+    if rec.status is not implied:
+        problems.append(f"status: record {rec.status.value}, its reasons imply {implied.value}")
+    if rec.exit_code != EXIT_CODES[rec.status]:
+        problems.append(
+            f"exit_code: record {rec.exit_code}, status implies {EXIT_CODES[rec.status]}"
+        )
     return problems
+
+
+# Reasons that follow from the load journal and client health alone (recomputable here).
+_DERIVED = {
+    "barrier_not_reached",
+    "load_failures",
+    "no_completed_requests",
+    "usage_missing",
+    "drain_deadline",
+    "cancelled",
+    "worker_errors",
+    "counters_inconsistent",
+    "client_overloaded",
+}
+
+
+def _check_verdict(rec: RunRecord, again: LoadSummary, problems: list[str]) -> None:
+    _, reasons = decide(
+        Findings(
+            load=again,
+            aborted="(as recorded)" if rec.status is Status.ABORTED else None,
+            health=rec.client_health,
+            max_failures=int(rec.config.get("max_failures", 0)),
+            max_loop_lag_s=float(rec.config.get("max_loop_lag_s", 0.5)),
+        )
+    )
+    want = {r.code for r in reasons} & _DERIVED
+    have = {r.code for r in rec.reasons} & _DERIVED
+    for code in sorted(want - have):
+        problems.append(f"reasons: the journal implies {code!r}, the record does not say it")
+    for code in sorted(have - want):
+        problems.append(f"reasons: the record says {code!r}, the journal does not support it")

@@ -49,3 +49,15 @@ def test_endpoint_v1_suffix_is_normalised_and_redaction_hides_it():
     cfg = load_config({"endpoints": ["http://h:1/v1/"], "redact": True}, environ={}, base=BASE)
     assert cfg.endpoints == ["http://h:1"]
     assert "h:1" not in str(cfg.public_dict())
+
+
+def test_credentials_in_a_url_are_refused_without_echoing_them():
+    with pytest.raises(ConfigError) as e:
+        load_config({"endpoints": ["http://user:hunter2@h:1"]}, environ={}, base=BASE)
+    assert "--api-key-env" in str(e.value) and "hunter2" not in str(e.value)
+
+
+def test_a_request_count_alone_is_not_cut_by_the_default_duration():
+    assert load_config({"max_requests": 10_000}, environ={}, base=BASE).duration_s is None
+    both = load_config({"max_requests": 10, "duration_s": 5}, environ={}, base=BASE)
+    assert both.duration_s == 5

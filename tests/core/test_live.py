@@ -37,7 +37,7 @@ def test_window_drops_old_requests_cumulative_keeps_them():
         request_id="f", worker=0, prompt_id=0, sent_ns=0, status=500, failure=FailureClass.HTTP_5XX
     )
     live.record(failed, now_s=19.5)
-    win = live.window(now_s=20.0, load_elapsed_s=20.0)
+    win = live.window(now_s=20.0, load_start_s=0.0)
     cum = live.cumulative(load_elapsed_s=20.0)
     assert win.completed == 5 and cum.completed == 20
     assert cum.failed == 1 and cum.failures_by_class == {"http_5xx": 1}
@@ -49,3 +49,14 @@ def test_cancelled_requests_are_not_counted_as_failures():
     live = LiveLoadStats()
     live.record(RequestResult(request_id="c", worker=0, prompt_id=0, sent_ns=0, cancelled=True), 1)
     assert live.cumulative(1.0).failed == 0
+
+
+def test_window_right_after_the_barrier_is_not_understated():
+    live = LiveLoadStats(window_s=10)
+    # steady 100 req/s from a barrier released at t = 5.3 s
+    for i in range(int(5.3 * 100), 8 * 100):
+        t = i / 100
+        live.record(ok(t, 0.01, 0.02, 2), now_s=t)
+    win = live.window(now_s=8.2, load_start_s=5.3)  # counts seconds 5 (from 5.3), 6 and 7
+    assert win.span_s == 8 - 5.3
+    assert abs(win.requests_per_s - 100) < 1

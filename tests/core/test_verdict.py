@@ -5,10 +5,12 @@ from soak.verdict import Findings, decide
 
 
 def load(**kw) -> LoadSummary:
-    base = dict(
-        requested_concurrency=8, workers_started=8, barrier_released=True, issued=100, completed=100
+    base = dict(requested_concurrency=8, workers_started=8, barrier_released=True, completed=100)
+    merged = base | kw
+    merged.setdefault(
+        "issued", merged["completed"] + merged.get("failed", 0) + merged.get("cancelled", 0)
     )
-    return LoadSummary(**(base | kw))
+    return LoadSummary(**merged)
 
 
 def test_clean_run_passes():
@@ -63,3 +65,29 @@ def test_abort_wins_and_preflight_fails():
     assert decide(Findings(load=load(), aborted="SIGINT during load"))[0] is Status.ABORTED
     status, reasons = decide(Findings(preflight_errors=["endpoint x unreachable"]))
     assert status is Status.FAILED and reasons[0].message == "endpoint x unreachable"
+
+
+def test_requests_cut_by_the_drain_deadline_fail_the_run():
+    status, reasons = decide(Findings(load=load(cancelled=18, cancel_cause="drain deadline")))
+    assert status is Status.FAILED
+    assert (
+        reasons[0].code == "drain_deadline" and "18 requests did not finish" in reasons[0].message
+    )
+
+
+def test_requests_cut_by_an_abort_are_a_note():
+    status, reasons = decide(
+        Findings(load=load(cancelled=3, cancel_cause="abort"), aborted="SIGINT during drain")
+    )
+    assert status is Status.ABORTED and reasons[-1].effect == "note"
+
+
+def test_issued_that_do_not_add_up_make_the_run_invalid():
+    status, reasons = decide(Findings(load=load(issued=105)))
+    assert status is Status.INVALID
+    assert "105 requests issued but 100 journaled" in reasons[0].message
+
+
+def test_a_dead_worker_makes_the_run_invalid():
+    status, reasons = decide(Findings(load=load(worker_errors={"OSError: disk full": 1})))
+    assert status is Status.INVALID and "disk full" in reasons[0].message

@@ -77,3 +77,45 @@ def test_engine_death_mid_load_fails_the_run_with_classified_failures(tmp_path):
     assert rec["load"]["completed"] > 0  # the other replica kept serving
     failed = [r for r in journal(run_dir) if not r["ok"] and not r["cancelled"]]
     assert len(failed) == rec["load"]["failed"] and all(r["detail"] for r in failed)
+
+
+def test_a_stalled_server_fails_the_run_through_the_drain_deadline(tmp_path):
+    """Requests a server never finishes must not vanish as 'cancelled' into a PASS."""
+    import json
+
+    from soak.demo import simulated_engine
+
+    stall = {
+        "match": "*/load/*",
+        "at_s": 1,
+        "action": "stall",
+        "after_tokens": 1,
+        "stall_s": 60,
+        "count": 0,
+    }
+    with simulated_engine(
+        replicas=1, gpus_per_replica=1, extra_args=["--fault", json.dumps(stall)]
+    ) as sim:
+        out = tmp_path / "runs"
+        rc, text = run_soaktop(
+            *run_args(
+                sim,
+                out,
+                "--concurrency",
+                "8",
+                "--duration",
+                "3",
+                "--max-tokens",
+                "32",
+                "--drain-timeout",
+                "2",
+            )
+        )
+    assert rc == 1, text
+    rec = record(only_run_dir(out))
+    assert rec["status"] == "FAILED"
+    assert rec["reasons"][0]["code"] == "drain_deadline"
+    assert rec["load"]["cancelled"] > 0 and rec["load"]["cancel_cause"] == "drain deadline"
+    cut = [r for r in journal(only_run_dir(out)) if r["cancelled"]]
+    assert len(cut) == rec["load"]["cancelled"]
+    assert all(r["ttfb_s"] is not None for r in cut)  # partial measurements were kept

@@ -28,7 +28,7 @@ def _every_line_is_json(path) -> int:
     return len(lines)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_to_the_cli_mid_load_ends_aborted_with_a_record(sim, tmp_path, sig):
     out = tmp_path / "runs"
     p = soaktop(
@@ -108,3 +108,32 @@ def test_tampered_journal_fails_verify(sim, tmp_path):
     rc, text = run_soaktop("verify", str(run_dir))
     assert rc == 1
     assert "requests.jsonl: sha256" in text and "load.completed: record 12, journal 11" in text
+
+
+def test_hangup_detaches_and_the_runner_finishes_the_soak(sim, tmp_path):
+    """A dropped SSH link (SIGHUP to the CLI) must not end the soak (DESIGN §4)."""
+    import time
+
+    out = tmp_path / "runs"
+    p = soaktop(*run_args(sim, out, "--concurrency", "4", "--duration", "4", "--max-tokens", "8"))
+    run_dir = wait_for_phase(out, "load")
+    p.send_signal(signal.SIGHUP)
+    text, _ = p.communicate(timeout=30)
+    assert p.returncode == 129, text
+    assert "the run goes on" in text
+    deadline = time.monotonic() + 60
+    while not (run_dir / "record.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    rec = record(run_dir)
+    assert rec["status"] == "PASSED" and 4.0 <= rec["load"]["issue_s"] < 5.0
+
+
+def test_recover_refuses_a_run_whose_runner_is_alive(sim, tmp_path):
+    out = tmp_path / "runs"
+    p = soaktop(*run_args(sim, out, "--concurrency", "4", "--duration", "60", "--max-tokens", "8"))
+    run_dir = wait_for_phase(out, "load")
+    rc, text = run_soaktop("recover", str(run_dir))
+    assert rc == 2 and "still alive" in text, text
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=60)
+    assert record(run_dir)["recovered"] is False
