@@ -23,7 +23,7 @@ import psutil
 
 from soak.config import load_config
 from soak.demo import simulated_engine
-from soak.headless import SnapshotTail
+from soak.journal import JsonlTail
 from soak.record import load_record
 from soak.spawn import start_runner
 
@@ -59,7 +59,7 @@ def main() -> int:
         )
         handle = start_runner(cfg)
         proc = psutil.Process(handle.pid)
-        tail = SnapshotTail(handle.run_dir / "snapshots.jsonl")
+        tail = JsonlTail(handle.run_dir / "snapshots.jsonl")
         samples: list[tuple[float, float, int, str]] = []  # t, rss, completed, phase
         completed, phase = 0, "identity"
         while handle.poll() is None:

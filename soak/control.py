@@ -12,33 +12,15 @@ from typing import Any
 
 import orjson
 
+from soak.journal import JsonlTail
 
-class ControlReader:
-    """Reads lines appended to the control file since the last poll."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
+class ControlReader(JsonlTail):
+    """Reads the commands appended to the control file since the last poll."""
 
     def poll(self) -> list[dict[str, Any]]:
         """New, complete command lines (malformed ones are skipped)."""
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        out = []
-        for line in data[:end].splitlines():
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-        return out
+        return self.read_new()
 
 
 def send_control(run_dir: Path, cmd: str, note: str = "") -> None:

@@ -13,30 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-import orjson
-
+from soak.journal import JsonlTail
 from soak.record import EXIT_CODES, Status, load_record
 from soak.spawn import RunnerHandle
-
-
-class SnapshotTail:
-    """Incrementally reads complete lines appended to snapshots.jsonl."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
-
-    def read_new(self) -> list[dict[str, Any]]:
-        """Snapshots appended since the last call."""
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        return [orjson.loads(line) for line in data[:end].splitlines() if line.strip()]
 
 
 def _f(v: float | None, fmt: str = "{:.3f}") -> str:
@@ -123,7 +102,7 @@ def follow(
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     print(f"soaktop: run {handle.run_id}\n         dir {handle.run_dir}", file=out, flush=True)
-    tail = SnapshotTail(handle.run_dir / "snapshots.jsonl")
+    tail = JsonlTail(handle.run_dir / "snapshots.jsonl")
     last_print = clock()
     last_phase = None
     last: dict[str, Any] | None = None

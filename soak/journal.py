@@ -69,6 +69,38 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 yield obj
 
 
+class JsonlTail:
+    """Follows a journal another process appends to: each call returns the new lines.
+
+    Only complete lines are consumed; a line still being written is read next time.
+    Lines that are not JSON objects are skipped.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def read_new(self) -> list[dict[str, Any]]:
+        """Complete JSON-object lines appended since the last call."""
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        out = []
+        for line in data[:end].splitlines():
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
+
+
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file's bytes."""
     h = hashlib.sha256()

@@ -137,3 +137,23 @@ def test_recover_refuses_a_run_whose_runner_is_alive(sim, tmp_path):
     p.send_signal(signal.SIGINT)
     p.communicate(timeout=60)
     assert record(run_dir)["recovered"] is False
+
+
+def test_control_file_marks_and_stops_the_run(sim, tmp_path):
+    """The channel the TUI and other shells use: a mark lands in the events, stop drains."""
+    import time
+
+    from soak.control import send_control
+
+    out = tmp_path / "runs"
+    p = soaktop(*run_args(sim, out, "--concurrency", "4", "--duration", "60", "--max-tokens", "8"))
+    run_dir = wait_for_phase(out, "load")
+    send_control(run_dir, "mark", "restarted replica 1 by hand")
+    time.sleep(1.5)
+    send_control(run_dir, "stop")
+    text, _ = p.communicate(timeout=60)
+    assert p.returncode == 4, text
+    rec = record(run_dir)
+    assert rec["status"] == "ABORTED" and "operator stop" in rec["reasons"][0]["message"]
+    marks = [e for e in journal(run_dir, "events.jsonl") if e["kind"] == "mark"]
+    assert [m["message"] for m in marks] == ["restarted replica 1 by hand"]
