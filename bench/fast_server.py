@@ -1,0 +1,337 @@
+"""A minimal, fast vLLM-format streaming server for client-cost benchmarks.
+
+Raw asyncio (no web framework), HTTP/1.1 keep-alive, chunked SSE with pre-encoded chunks in
+vLLM 0.32's exact byte format (compact JSON, role chunk, one chunk per token, the last token
+chunk carrying ``finish_reason``, a usage chunk with ``include_usage``, ``data: [DONE]``).
+
+Endpoints: ``GET /v1/models``, ``GET /health``, ``POST /v1/completions``,
+``POST /v1/chat/completions`` (``stream: true``; non-streaming answers one JSON body), and
+``GET /bench/stats`` (active streams, requests and tokens sent — for the bench's
+steady-state window; costs the server nothing per token).
+
+Pacing:
+- ``--token-interval-ms 20``: one global ticker; every tick each active stream gets its next
+  token as its own socket write (a decode step of a batching GPU server: one token per
+  stream per step, so one token per client read).
+- ``--token-interval-ms 0`` (unpaced): on arrival the whole response is written one event
+  per ``write()`` in a tight loop, as fast as the server can; the client then finds several
+  events per read.
+
+Run: ``python bench/fast_server.py --port 8000 --token-interval-ms 20``; it prints
+``READY <port>`` once listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import orjson
+
+MODEL = "tiny"
+WORDS = [
+    " the", " quick", " brown", " fox", " jumps", " over", " lazy", " dog", ",", " and",
+    " then", " it", " runs", " away", ".", "\\n",
+]  # fmt: skip
+
+
+def _frame(payload: bytes) -> bytes:
+    """One HTTP/1.1 chunk holding one SSE event."""
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _event(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+class Encoded:
+    """Pre-encoded, pre-framed SSE events for one endpoint kind (chat or completions)."""
+
+    def __init__(self, chat: bool) -> None:
+        created = int(time.time())
+        if chat:
+            head = (
+                b'data: {"id":"chatcmpl-bench0000000000","object":"chat.completion.chunk",'
+                b'"created":%d,"model":"%s","choices":[{"index":0,"delta":{"content":"'
+                % (created, MODEL.encode())
+            )
+            tail = b'"},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
+            tail_last = (
+                b'"},"logprobs":null,"finish_reason":"length","stop_reason":null,'
+                b'"token_ids":null}]}\n\n'
+            )
+            self.role = _frame(
+                b'data: {"id":"chatcmpl-bench0000000000","object":"chat.completion.chunk",'
+                b'"created":%d,"model":"%s","choices":[{"index":0,"delta":{"role":"assistant",'
+                b'"content":""},"logprobs":null,"finish_reason":null}],'
+                b'"prompt_token_ids":null,"prompt_text":null}\n\n' % (created, MODEL.encode())
+            )
+            self.usage_head = (
+                b'data: {"id":"chatcmpl-bench0000000000","object":"chat.completion.chunk",'
+                b'"created":%d,"model":"%s","choices":[],' % (created, MODEL.encode())
+            )
+        else:
+            head = (
+                b'data: {"id":"cmpl-bench0000000000","object":"text_completion",'
+                b'"created":%d,"model":"%s","choices":[{"index":0,"text":"'
+                % (created, MODEL.encode())
+            )
+            tail = (
+                b'","logprobs":null,"finish_reason":null,"stop_reason":null,'
+                b'"prompt_token_ids":null,"token_ids":null}]}\n\n'
+            )
+            tail_last = (
+                b'","logprobs":null,"finish_reason":"length","stop_reason":null,'
+                b'"prompt_token_ids":null,"token_ids":null}]}\n\n'
+            )
+            self.role = b""
+            self.usage_head = (
+                b'data: {"id":"cmpl-bench0000000000","object":"text_completion",'
+                b'"created":%d,"model":"%s","choices":[],' % (created, MODEL.encode())
+            )
+        self.tokens = [_frame(head + w.encode() + tail) for w in WORDS]
+        self.last = [_frame(head + w.encode() + tail_last) for w in WORDS]
+        self.done = _frame(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+        self.chat = chat
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+        return _frame(
+            self.usage_head
+            + b'"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}\n\n'
+            % (prompt_tokens, prompt_tokens + completion_tokens, completion_tokens)
+        )
+
+
+SSE_HEADERS = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
+
+
+def _json_response(obj: Any, status: str = "200 OK") -> bytes:
+    body = orjson.dumps(obj)
+    return b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+        status.encode(),
+        len(body),
+        body,
+    )
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.active = 0
+        self.started = 0
+        self.finished = 0
+        self.tokens = 0
+
+
+class Stream:
+    """One in-flight paced response."""
+
+    __slots__ = ("conn", "enc", "i", "n", "prompt_tokens", "usage")
+
+    def __init__(self, conn: Conn, enc: Encoded, n: int, usage: bool, prompt_tokens: int):
+        self.conn = conn
+        self.enc = enc
+        self.n = n
+        self.i = 0
+        self.usage = usage
+        self.prompt_tokens = prompt_tokens
+
+
+class Server:
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.stats = Stats()
+        self.chat = Encoded(chat=True)
+        self.completions = Encoded(chat=False)
+        self.active: list[Stream] = []
+
+    async def ticker(self) -> None:
+        """Paced mode: every tick, each active stream gets one token (its own write)."""
+        loop = asyncio.get_running_loop()
+        nxt = loop.time()
+        stats = self.stats
+        while True:
+            nxt += self.interval_s
+            delay = nxt - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:  # fell behind (server saturated): don't try to catch up in a burst
+                nxt = loop.time()
+                await asyncio.sleep(0)
+            if not self.active:
+                continue
+            keep: list[Stream] = []
+            for s in self.active:
+                if s.conn.closed:
+                    stats.active -= 1
+                    continue
+                i = s.i
+                enc = s.enc
+                w = s.conn.write
+                if i + 1 < s.n:
+                    w(enc.tokens[i & 15])
+                    s.i = i + 1
+                    keep.append(s)
+                else:
+                    w(enc.last[i & 15])
+                    if s.usage:
+                        w(enc.usage(s.prompt_tokens, s.n))
+                    w(enc.done)
+                    stats.active -= 1
+                    stats.finished += 1
+                stats.tokens += 1
+            self.active = keep
+
+    def start_stream(self, conn: Conn, enc: Encoded, n: int, usage: bool, pt: int) -> None:
+        stats = self.stats
+        stats.started += 1
+        conn.write(SSE_HEADERS)
+        if enc.role:
+            conn.write(enc.role)
+        if self.interval_s > 0:
+            stats.active += 1
+            self.active.append(Stream(conn, enc, n, usage, pt))
+            return
+        # Unpaced: everything now, one write per event.
+        w = conn.write
+        toks = enc.tokens
+        for i in range(n - 1):
+            w(toks[i & 15])
+        w(enc.last[(n - 1) & 15])
+        if usage:
+            w(enc.usage(pt, n))
+        w(enc.done)
+        stats.tokens += n
+        stats.finished += 1
+
+
+class Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection; requests are handled in order."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+
+    def write(self, data: bytes) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buf[:end]
+            length = 0
+            lower = head.lower()
+            i = lower.find(b"content-length:")
+            if i >= 0:
+                j = lower.find(b"\r\n", i)
+                length = int(head[i + 15 : j if j >= 0 else len(head)])
+            if len(self.buf) < end + 4 + length:
+                return
+            body = self.buf[end + 4 : end + 4 + length]
+            self.buf = self.buf[end + 4 + length :]
+            self.handle(head, body)
+
+    def handle(self, head: bytes, body: bytes) -> None:
+        line = head[: head.find(b"\r\n")] if b"\r\n" in head else head
+        parts = line.split(b" ")
+        method, path = parts[0], parts[1].split(b"?")[0] if len(parts) > 1 else b"/"
+        srv = self.server
+        if method == b"GET":
+            if path == b"/v1/models":
+                obj: Any = {
+                    "object": "list",
+                    "data": [{"id": MODEL, "object": "model", "max_model_len": 1 << 20}],
+                }
+                self.write(_json_response(obj))
+            elif path == b"/health":
+                self.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            elif path == b"/bench/stats":
+                st = srv.stats
+                self.write(
+                    _json_response(
+                        {
+                            "active": st.active,
+                            "started": st.started,
+                            "finished": st.finished,
+                            "tokens": st.tokens,
+                        }
+                    )
+                )
+            else:
+                self.write(_json_response({"error": {"message": "not found"}}, "404 Not Found"))
+            return
+        if path not in (b"/v1/chat/completions", b"/v1/completions"):
+            self.write(_json_response({"error": {"message": "not found"}}, "404 Not Found"))
+            return
+        try:
+            req = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            self.write(_json_response({"error": {"message": "bad json"}}, "400 Bad Request"))
+            return
+        chat = path == b"/v1/chat/completions"
+        n = int(req.get("max_completion_tokens") or req.get("max_tokens") or 256)
+        n = max(1, n)
+        prompt = req.get("prompt") if not chat else req.get("messages")
+        pt = max(1, len(orjson.dumps(prompt)) // 4)
+        if not req.get("stream"):
+            text = "".join(WORDS[i & 15] for i in range(n))
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            usage = {"prompt_tokens": pt, "completion_tokens": n, "total_tokens": pt + n}
+            self.write(_json_response({"id": "x", "choices": [choice], "usage": usage}))
+            srv.stats.tokens += n
+            return
+        include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
+        srv.start_stream(self, srv.chat if chat else srv.completions, n, include_usage, pt)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--token-interval-ms", type=float, default=20.0)
+    args = ap.parse_args()
+    server = Server(args.token_interval_ms / 1000.0)
+    loop = asyncio.get_running_loop()
+    srv = await loop.create_server(lambda: Conn(server), args.host, args.port, backlog=4096)
+    port = srv.sockets[0].getsockname()[1]
+    ticker = asyncio.create_task(server.ticker()) if server.interval_s > 0 else None
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"READY {port} pid={os.getpid()}", flush=True)
+    await stop.wait()
+    if ticker is not None:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+    srv.close()
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,391 @@
+"""The streaming hot path: one POST, one SSE stream, one filled-in ``RequestResult``.
+
+aiohttp carries it (its C HTTP parser; plain httpx fell behind at 256 paced streams, see
+``CLIENT_COST.md``). One ``StreamClient`` — one ``aiohttp.ClientSession`` and connection
+pool — per process. Per read of the socket the loop takes one ``perf_counter_ns()`` and
+hands the bytes to ``SSEParser``; nothing is logged and nothing allocated per chunk beyond
+the ITL entry.
+
+Two costs of the stock stack are avoided, both measured (bench/client_cost.py): asyncio's
+256 KiB ``recv`` per read (see ``READ_SIZE``), and aiohttp's ``sock_read`` timer, which
+cancels and re-arms a loop timer on every read (~3 µs per token). ``sock_read`` guards only
+the wait for the response headers; during the body a single watchdog task per client
+scans the open streams (their last-read stamps, which the loop takes anyway) and closes
+any stream silent for longer than ``read_timeout_s`` (detected within
+``read_timeout_s`` + ``min(1 s, read_timeout_s / 4)``).
+
+``stream``/``stream_into`` never raise except ``asyncio.CancelledError`` (the runner cancels
+at its drain deadline): every other outcome is a ``FailureClass`` on the result.
+Authorization (or any header given to the client) is never logged nor stored; failure
+details are scrubbed of header values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine, Mapping
+from time import perf_counter_ns
+from types import TracebackType
+from typing import Any, Final
+
+import aiohttp
+import orjson
+
+from loadgen.envelope import FailureClass, RequestResult
+from loadgen.sse import DETAIL_MAX, SSEParser, error_message
+
+__all__ = ["StreamClient"]
+
+ERROR_BODY_MAX: Final = 64 * 1024
+"""Most bytes read from a non-200 response body (for its error message)."""
+READ_SIZE: Final = 64 * 1024
+"""Largest socket read. asyncio's selector transport (CPython 3.11) reads with
+``recv(256 KiB)``: a fresh 256 KiB bytes object per read, above glibc's mmap threshold, so
+every read cost an mmap, page faults and a munmap — measured here as ~20 µs of system CPU
+per streamed token at 256 paced streams. 64 KiB reads come from the heap."""
+DRAIN_AFTER_DONE_S: Final = 2.0
+"""After ``[DONE]``, wait at most this long for the end of the HTTP body, so the connection
+goes back to the pool; past it the connection is closed (the result is already final)."""
+
+
+def _trunc(text: str) -> str:
+    return text if len(text) <= DETAIL_MAX else text[: DETAIL_MAX - 1] + "…"
+
+
+class _Watch:
+    """One open stream, as the read-timeout watchdog sees it."""
+
+    __slots__ = ("expired", "last_ns", "resp")
+
+    def __init__(self, last_ns: int, resp: aiohttp.ClientResponse) -> None:
+        self.last_ns = last_ns
+        self.resp = resp
+        self.expired = False
+
+
+class StreamClient:
+    """Streams OpenAI-compatible completions over one aiohttp session (one per process).
+
+    ``max_connections`` must be ≥ the concurrency driven through this client: a request
+    waiting for a free pooled connection would count that wait as connect time.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_connections: int,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 300.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
+        self.max_connections = max_connections
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self._headers = dict(headers or {})
+        # Values never to appear in a failure detail: each header value, and its parts
+        # ("Bearer sk-…" → also "sk-…"), longest first.
+        parts = {v for v in self._headers.values() if len(v) >= 4}
+        parts |= {p for v in self._headers.values() for p in v.split() if len(p) >= 8}
+        self._secrets = tuple(sorted(parts, key=len, reverse=True))
+        self._session: aiohttp.ClientSession | None = None
+        self._watched: set[_Watch] = set()
+        self._watchdog: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:  # no headers: they may hold credentials
+        return f"StreamClient(max_connections={self.max_connections})"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> StreamClient:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Open the session (idempotent). Must run inside the event loop that streams."""
+        if self._session is not None:
+            return
+        connector = aiohttp.TCPConnector(
+            limit=self.max_connections,
+            limit_per_host=0,
+            keepalive_timeout=60.0,
+            force_close=False,
+        )
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=self.connect_timeout_s,
+            sock_connect=self.connect_timeout_s,
+            sock_read=self.read_timeout_s,
+        )
+        headers = {"Accept-Encoding": "identity", **self._headers}
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            headers=headers,
+            auto_decompress=False,
+            raise_for_status=False,
+        )
+        self._watchdog = asyncio.create_task(self._watch_loop(), name="soaktop-read-watchdog")
+
+    async def close(self) -> None:
+        if self._watchdog is not None:
+            watchdog, self._watchdog = self._watchdog, None
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    async def _watch_loop(self) -> None:
+        """Close streams that received nothing for ``read_timeout_s`` (see module doc)."""
+        limit_ns = int(self.read_timeout_s * 1e9)
+        period = min(1.0, self.read_timeout_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = perf_counter_ns()
+            for w in tuple(self._watched):
+                if not w.expired and now - w.last_ns > limit_ns:
+                    w.expired = True
+                    # The pending read raises; stream_into classifies it as read_timeout.
+                    with contextlib.suppress(Exception):  # the watchdog must outlive any one
+                        w.resp.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("StreamClient is not started (use `async with`)")
+        return self._session
+
+    # ------------------------------------------------------------------ control
+
+    async def warm_connection(self, url: str, *, timeout_s: float | None = None) -> None:
+        """GET ``url`` (e.g. ``base/v1/models``) through the pool; raise on any failure.
+
+        Used by the worker barrier: each worker proves it can open a connection.
+        Raises ``ConnectionError`` with a scrubbed message (status and server message).
+        """
+        t = timeout_s if timeout_s is not None else self.connect_timeout_s + 30.0
+        try:
+            async with self.session.get(
+                url, timeout=aiohttp.ClientTimeout(total=t), allow_redirects=False
+            ) as resp:
+                status = resp.status
+                body = await resp.content.read(ERROR_BODY_MAX)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise ConnectionError(self._scrub(f"GET {url}: {type(exc).__name__}: {exc}")) from None
+        if not 200 <= status < 300:
+            msg = _message_from_body(body)
+            raise ConnectionError(self._scrub(f"GET {url}: HTTP {status}: {msg}"))
+
+    # ------------------------------------------------------------------ hot path
+
+    def stream(
+        self, url: str, body: bytes, *, request_id: str, worker: int, prompt_id: int
+    ) -> Coroutine[Any, Any, RequestResult]:
+        """POST ``body`` (prebuilt JSON with ``"stream": true``) and measure the stream.
+
+        Use as ``result = await client.stream(...)``. A plain function returning
+        ``stream_into``'s coroutine: one coroutine level less for every read to resume.
+        """
+        result = RequestResult(request_id=request_id, worker=worker, prompt_id=prompt_id, sent_ns=0)
+        return self.stream_into(result, url, body)
+
+    async def stream_into(self, result: RequestResult, url: str, body: bytes) -> RequestResult:
+        """Like ``stream``, filling a caller-held ``result`` in place (and returning it).
+
+        On cancellation the caller still holds the partial measurements; ``cancelled`` is
+        set on it and ``CancelledError`` re-raised.
+        """
+        got_headers = False
+        watch: _Watch | None = None
+        try:
+            session = self.session
+            headers = {"Content-Type": "application/json", "X-Request-Id": result.request_id}
+            result.sent_ns = perf_counter_ns()
+            async with session.post(url, data=body, headers=headers, allow_redirects=False) as resp:
+                now = result.first_byte_ns = perf_counter_ns()
+                got_headers = True
+                status = result.status = resp.status
+                if status != 200:
+                    await self._read_error(resp, result)
+                    return result
+                watch = _Watch(now, resp)
+                if _tune_connection(resp):  # else aiohttp's sock_read stays in charge
+                    self._watched.add(watch)
+                parser = SSEParser()
+                # The read loop, inline: every await level costs each read a resume.
+                feed = parser.feed
+                readany = resp.content.readany
+                clock = perf_counter_ns
+                itl = result.itl_ns
+                append = itl.append
+                last = 0
+                chunks = 0
+                want_content = True
+                try:
+                    while True:
+                        data = await readany()
+                        now = watch.last_ns = clock()
+                        # At EOF a last event may lack its blank line: close() dispatches it.
+                        n = feed(data) if data else parser.close()
+                        if n:
+                            if last:
+                                append(now - last)
+                            else:
+                                result.first_token_ns = now
+                            if n > 1:  # events that shared this read: gaps of 0
+                                itl.extend([0] * (n - 1))
+                            last = now
+                            chunks += n
+                            if want_content and parser.content_seen:
+                                result.first_content_ns = now
+                                want_content = False
+                        if parser.stopped or not data:
+                            break
+                finally:  # also when a read fails or is cancelled: keep what was measured
+                    self._watched.discard(watch)
+                    result.chunks = chunks
+                    result.finish_reason = parser.finish_reason
+                    result.prompt_tokens = parser.prompt_tokens
+                    result.output_tokens = parser.completion_tokens
+                if self._conclude(resp, result, parser, now):
+                    await self._drain(resp)
+        except asyncio.CancelledError:
+            result.cancelled = True
+            raise
+        except Exception as exc:
+            if watch is not None and watch.expired:
+                result.failure = FailureClass.READ_TIMEOUT
+                result.failure_detail = f"no bytes for {self.read_timeout_s:g} s (watchdog)"
+            else:
+                self._classify(exc, result, got_headers)
+        return result
+
+    def _conclude(
+        self, resp: aiohttp.ClientResponse, r: RequestResult, parser: SSEParser, now: int
+    ) -> bool:
+        """Classify a stream whose reading ended; True if the body should be drained."""
+        if parser.done:
+            r.end_ns = now
+            return True
+        if parser.failure is not None:
+            r.failure = parser.failure
+            r.failure_detail = self._scrub(parser.failure_detail or "")
+            return parser.failure is FailureClass.ERROR_EVENT  # vLLM then sends [DONE]
+        if parser.events == 0 and parser.head:
+            r.failure = FailureClass.MALFORMED
+            ctype = resp.headers.get("Content-Type", "?")
+            r.failure_detail = self._scrub(
+                f"HTTP 200 body held no SSE event (Content-Type {ctype}): {parser.head!r}"
+            )
+        else:
+            r.failure = FailureClass.STREAM_CUT
+            r.failure_detail = (
+                f"stream ended before [DONE] after {parser.events} events, {r.chunks} token chunks"
+            )
+        return False
+
+    @staticmethod
+    async def _drain(resp: aiohttp.ClientResponse) -> None:
+        """Read the rest of the body (normally just the chunked terminator) so that the
+        connection can be reused; bounded, errors ignored."""
+        content = resp.content
+        if content.is_eof():
+            return
+        try:
+            async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+                while await content.readany():
+                    pass
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            resp.close()
+
+    async def _read_error(self, resp: aiohttp.ClientResponse, r: RequestResult) -> None:
+        status = resp.status
+        r.failure = (
+            FailureClass.HTTP_5XX
+            if status >= 500
+            else FailureClass.HTTP_4XX
+            if status >= 400
+            else FailureClass.MALFORMED  # 1xx/2xx/3xx other than 200: not a stream
+        )
+        try:
+            body = await resp.content.read(ERROR_BODY_MAX)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            body = f"<error body unreadable: {type(exc).__name__}>".encode()
+        r.failure_detail = self._scrub(f"HTTP {status}: {_message_from_body(body)}")
+
+    def _classify(self, exc: Exception, r: RequestResult, got_headers: bool) -> None:
+        name = type(exc).__name__
+        failure: FailureClass
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            failure = FailureClass.CONNECT
+        elif isinstance(exc, TimeoutError):  # SocketTimeoutError (sock_read)
+            r.failure = FailureClass.READ_TIMEOUT
+            r.failure_detail = f"{name}: no bytes for {self.read_timeout_s:g} s"
+            return
+        elif isinstance(exc, aiohttp.ClientConnectorError):
+            failure = FailureClass.CONNECT
+        elif isinstance(exc, aiohttp.ClientPayloadError):
+            failure = FailureClass.STREAM_CUT
+        elif isinstance(exc, aiohttp.ClientResponseError):
+            failure = FailureClass.MALFORMED  # the HTTP response itself was invalid
+        elif isinstance(exc, aiohttp.InvalidURL):
+            failure = FailureClass.CLIENT
+        elif isinstance(exc, aiohttp.ClientError | ConnectionError | OSError):
+            failure = FailureClass.STREAM_CUT if got_headers else FailureClass.CONNECT
+        else:
+            failure = FailureClass.CLIENT
+        r.failure = failure
+        r.failure_detail = self._scrub(_trunc(f"{name}: {exc}"))
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, "***")
+        return _trunc(text)
+
+
+def _tune_connection(resp: aiohttp.ClientResponse) -> bool:
+    """Cap the socket read size (``READ_SIZE``) and hand the body's read timeout from
+    aiohttp's per-read timer to the watchdog. True if the watchdog must guard the body.
+
+    aiohttp re-arms ``read_timeout`` for every request on a connection (it does the same
+    switch-off for websockets); the read-size cap stays with the connection.
+    """
+    conn = resp.connection
+    if conn is None:
+        return False
+    transport = conn.transport
+    if transport is not None and getattr(transport, "max_size", 0) > READ_SIZE:
+        with contextlib.suppress(AttributeError):  # another loop's transport (uvloop)
+            transport.max_size = READ_SIZE  # type: ignore[attr-defined]
+    protocol = conn.protocol
+    if protocol is None or not hasattr(protocol, "read_timeout"):
+        return False
+    protocol.read_timeout = None
+    return True
+
+
+def _message_from_body(body: bytes) -> str:
+    """The server's error message from a non-200 body (JSON error shapes, else the text)."""
+    text: str | None = None
+    stripped = body.strip()
+    if stripped[:1] in (b"{", b"["):
+        try:
+            text = error_message(orjson.loads(stripped))
+        except orjson.JSONDecodeError:
+            text = None
+    if text is None:
+        text = stripped.decode(errors="replace") or "<empty body>"
+    return _trunc(text)
