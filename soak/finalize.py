@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import platform
 import socket
@@ -44,7 +45,12 @@ def build_identity(runner: Runner) -> Identity:
     served = any(cfg.model in {m.get("id") for m in ep.models} for ep in runner.endpoints)
     engine = cfg.engine or next((e.engine for e in runner.endpoints if e.engine), None)
     eps = runner.endpoints
-    host: dict[str, object] = {"python": platform.python_version(), "platform": platform.platform()}
+    host: dict[str, object] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        # uvloop or asyncio: part of the client's measured CPU cost per token
+        "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+    }
     if cfg.redact:
         eps = [e.model_copy(update={"url": f"<endpoint {i}>"}) for i, e in enumerate(eps)]
     else:

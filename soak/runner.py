@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+from loadgen import eventloop
 from loadgen.client import StreamClient
 from loadgen.envelope import RequestResult
 from loadgen.live import LiveLoadStats
@@ -463,7 +464,7 @@ def main() -> int:
     except ConfigError as e:  # pragma: no cover - validated by the CLI first
         print(f"soaktop runner: {e}", file=sys.stderr)
         return EXIT_USAGE
-    return asyncio.run(start(config))
+    return eventloop.run(start(config))
 
 
 if __name__ == "__main__":
