@@ -15,6 +15,7 @@ import orjson
 from loadgen.stats import percentile
 from soak import __version__
 from soak.journal import sha256_file
+from soak.reconcile import reconcile
 from soak.record import (
     EXIT_CODES,
     ClientHealth,
@@ -31,7 +32,13 @@ from soak.verdict import Findings, decide
 if TYPE_CHECKING:
     from soak.runner import Runner
 
-HASHED_FILES = ("config.json", "events.jsonl", "requests.jsonl", "snapshots.jsonl")
+HASHED_FILES = (
+    "config.json",
+    "events.jsonl",
+    "requests.jsonl",
+    "snapshots.jsonl",
+    "telemetry.jsonl",
+)
 
 
 def config_sha256(public_config: dict[str, object]) -> str:
@@ -129,7 +136,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     )
     runner.phases[-1].end_s = runner.now_s()
     runner.write_snapshot(status=status.value, reasons=reasons)
-    for writer in (runner.events.writer, runner.requests, runner.snapshots):
+    for writer in (runner.events.writer, runner.requests, runner.snapshots, runner.telemetry):
         writer.close()
     files = {
         name: sha256_file(runner.run_dir / name)
@@ -144,6 +151,12 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
         config=cfg.public_dict(),
         identity=build_identity(runner),
         load=load,
+        telemetry={"engines": runner.engines.summary()} if runner.engines else {},
+        reconciliation=(
+            reconcile(runner.counters_before, runner.counters_after, load)
+            if load is not None and load.barrier_released
+            else {}
+        ),
         client_health=health,
         phases=runner.phases,
         started_at=runner.started_at,

@@ -180,6 +180,8 @@ class RunRecord(BaseModel):
     """``gates.<phase>.<suite>`` = {passed, total, failures} (contract-gates layer)."""
     telemetry: dict[str, Any] = Field(default_factory=dict)
     """Per-source summaries (GPU, engine, host) from the telemetry layer."""
+    reconciliation: dict[str, Any] = Field(default_factory=dict)
+    """Client vs server counter deltas over the load window (``soak.reconcile``)."""
     client_health: ClientHealth = Field(default_factory=ClientHealth)
     phases: list[PhaseSpan] = Field(default_factory=list)
     started_at: str

@@ -26,9 +26,11 @@ from loadgen.envelope import RequestResult
 from loadgen.live import LiveLoadStats
 from loadgen.prompts import BodyBuilder, PromptPool, PromptPoolError, load_file, synthetic
 from loadgen.workers import LoadGenerator, LoadPlan
+from probes.engine_metrics import EngineSample
 from probes.host import LoopLagMonitor, ProcessSampler, raise_fd_limit
 from soak.config import ConfigError, RunConfig
 from soak.control import ControlReader
+from soak.engine_watch import EngineWatch
 from soak.events import EventLog
 from soak.finalize import build_identity, finalize_run
 from soak.identity import count_tokens, probe_all
@@ -80,6 +82,10 @@ class Runner:
         self.events = EventLog(JsonlWriter(run_dir / "events.jsonl"), origin_ns, self.redactor)
         self.requests = JsonlWriter(run_dir / "requests.jsonl")
         self.snapshots = JsonlWriter(run_dir / "snapshots.jsonl")
+        self.telemetry = JsonlWriter(run_dir / "telemetry.jsonl")
+        self.engines: EngineWatch | None = None
+        self.counters_before: list[EngineSample] | None = None
+        self.counters_after: list[EngineSample] | None = None
         self.live = LiveLoadStats(config.window_s)
         self.lag = LoopLagMonitor()
         self.sampler = ProcessSampler()
@@ -238,6 +244,7 @@ class Runner:
             phase_elapsed_s=now - self.phases[-1].start_s,
             load=self._load_view(now),
             client=self._client_view(),
+            telemetry={"engines": self.engines.view()} if self.engines else {},
             events=self.events.take_pending(),
             status=status,
             reasons=reasons or [],
@@ -315,6 +322,15 @@ class Runner:
                     build_identity(self).model_dump_json(indent=2).encode(),
                 )
             if not self.preflight_errors and self.stop_asked is None:
+                self.engines = EngineWatch(
+                    self.config.endpoints,
+                    headers,
+                    self.origin_ns,
+                    self.telemetry,
+                    self.config.snapshot_interval_s,
+                    scrub=self.redactor.obj,
+                )
+                self.engines.start()
                 await self._load(headers)
         except Exception as e:  # a bug or an unexpected answer must still end in a record
             traceback.print_exc()  # into runner.log
@@ -325,6 +341,8 @@ class Runner:
         finally:
             ticker.cancel()
             self.lag.stop()
+            if self.engines is not None:
+                await self.engines.stop()
         return finalize_run(self, self.load_timing())
 
     async def _load(self, headers: dict[str, str]) -> None:
@@ -373,9 +391,15 @@ class Runner:
             )
             if all_started and self.stop_asked is None:
                 self.released_at = _now_iso()
+                if self.engines is not None:  # the server's counters as the window opens
+                    self.counters_before = await self.engines.scrape_all()
+                    self.engines.tracking = True
                 self.lag.take_interval(keep=False)  # barrier start-up lag is not load lag
                 self.enter("load", f"barrier released: issuing for {cfg.duration_s} s")
                 await gen.run()
+                if self.engines is not None:
+                    self.engines.tracking = False
+                    self.counters_after = await self.engines.settled_counters()
             else:
                 await gen.cancel_unstarted()
 

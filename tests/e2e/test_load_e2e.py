@@ -119,3 +119,34 @@ def test_a_stalled_server_fails_the_run_through_the_drain_deadline(tmp_path):
     cut = [r for r in journal(only_run_dir(out)) if r["cancelled"]]
     assert len(cut) == rec["load"]["cancelled"]
     assert all(r["ttfb_s"] is not None for r in cut)  # partial measurements were kept
+
+
+def test_engine_queueing_is_visible_beside_client_concurrency(tmp_path):
+    """16 workers, 4 running slots: the record shows running <= 4 and a waiting queue."""
+    from soak.demo import simulated_engine
+
+    with simulated_engine(
+        replicas=1, gpus_per_replica=1, extra_args=["--max-num-seqs", "4", "--decode-ms-base", "10"]
+    ) as sim:
+        out = tmp_path / "runs"
+        rc, text = run_soaktop(
+            *run_args(
+                sim,
+                out,
+                "--concurrency",
+                "16",
+                "--duration",
+                "4",
+                "--max-tokens",
+                "16",
+                "--ignore-eos",
+            )
+        )
+    assert rc == 0, text
+    rec = record(only_run_dir(out))
+    engine = rec["telemetry"]["engines"][0]
+    assert rec["load"]["workers_started"] == 16
+    assert engine["max_running"] == 4 and engine["max_waiting"] >= 8
+    assert rec["reconciliation"]["matched"] is True
+    tele = journal(only_run_dir(out), "telemetry.jsonl")
+    assert len(tele) >= 4 and all(t["source"] == "engine" for t in tele)

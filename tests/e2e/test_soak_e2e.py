@@ -31,6 +31,11 @@ def test_demo_headless_20s_passes_with_a_complete_record(tmp_path):
         assert load[key]["n"] > 0 and load[key]["method"] == "nearest-rank"
         assert load[key]["p50"] <= load[key]["p99"] <= load[key]["max"]
     assert rec["identity"]["engine"] == "vllm"
+    # the server's counters grew by exactly what the client received
+    assert rec["reconciliation"]["matched"] is True, rec["reconciliation"]
+    engines = rec["telemetry"]["engines"]
+    assert len(engines) == 2 and all(e["max_running"] > 0 for e in engines)
+    assert sum(e["max_running"] for e in engines) <= load["requested_concurrency"]
     assert rec["identity"]["endpoints"][0]["token_slots"] > 0
     rows = list(csv.DictReader((run_dir / "summary.csv").open()))
     assert rows[0]["status"] == "PASSED" and int(rows[0]["completed_requests"]) == load["completed"]
