@@ -42,33 +42,31 @@ def reconcile(
     broken = [i for i, (b, a) in enumerate(zip(before, after, strict=True)) if b.error or a.error]
     if broken:
         return base | {"matched": None, "unavailable": f"/metrics failed on endpoint(s) {broken}"}
-    server: dict[str, float | None] = {}
+    server: dict[str, float] = {}
     resets: list[str] = []
+    missing: list[str] = []
     for name, key in _COUNTERS.items():
         total = 0.0
         for i, (b, a) in enumerate(zip(before, after, strict=True)):
             vb, va = b.values.get(key), a.values.get(key)
             if vb is None or va is None:
-                total = float("nan")
+                missing.append(name)
                 break
             d, reset = _delta(vb, va)
             if reset:
                 resets.append(f"{key} on endpoint {i}")
             if name == "requests":  # only requests that finished normally on the server
                 for reason in _NOT_COMPLETED:
-                    d -= _delta(
-                        b.finished_by_reason.get(reason, 0.0), a.finished_by_reason.get(reason, 0.0)
-                    )[0]
+                    fb = b.finished_by_reason.get(reason, 0.0)
+                    d -= _delta(fb, a.finished_by_reason.get(reason, 0.0))[0]
             total += d
-        server[name] = None if total != total else total  # NaN: not exported
-    if any(v is None for v in server.values()):
-        missing = [k for k, v in server.items() if v is None]
+        server[name] = total
+    if missing:
         return base | {
             "matched": None,
-            "server": server,
-            "unavailable": f"the engine exports no counter for {missing}",
+            "unavailable": f"the engine exports no counter for {sorted(set(missing))}",
         }
-    diffs = {k: server[k] - client[k] for k in client if server[k] != client[k]}  # type: ignore[operator]
+    diffs = {k: server[k] - client[k] for k in client if server[k] != client[k]}
     out = base | {"server": server, "matched": not diffs and not resets, "differences": diffs}
     if resets:
         out["counter_resets"] = resets
