@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-real real-engine-env lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,8 +17,19 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/soaktop demo $(ARGS)
 
+# -rs lists every skipped test with its reason (e.g. the real vLLM tier under
+# --no-real-engine or SOAKTOP_SKIP_REAL_ENGINE=1).
 test: $(STAMP)
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -rs $(PYTEST_ARGS)
+
+# The real-engine tier alone: a real vLLM 0.32 on the CPU (tests/real_engine).
+test-real: $(STAMP)
+	$(BIN)/pytest -q -rs -m real_engine tests/real_engine $(PYTEST_ARGS)
+
+# Build (once; cached under ${SOAKTOP_CACHE:-~/.cache/soaktop}) what that tier serves.
+real-engine-env:
+	VLLM_VENV=$$(bash scripts/vllm_cpu_env.sh | tail -n1) && \
+		"$$VLLM_VENV/bin/python" scripts/build_tiny_model.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,0 +1,47 @@
+"""Session-wide test options.
+
+``--no-real-engine`` (or ``SOAKTOP_SKIP_REAL_ENGINE=1``) skips the tests marked
+``real_engine`` — the tier that starts a real vLLM on the CPU (tests/real_engine). They run
+by default; a skip is always reported with its reason (``make test`` passes ``-rs``) and in
+the session header, never silent.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+SKIP_ENV = "SOAKTOP_SKIP_REAL_ENGINE"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--no-real-engine",
+        action="store_true",
+        default=False,
+        help=f"skip the real vLLM tier (tests marked real_engine); same as {SKIP_ENV}=1",
+    )
+
+
+def _skip_reason(config: pytest.Config) -> str | None:
+    if config.getoption("--no-real-engine"):
+        return "real vLLM tier skipped by --no-real-engine"
+    if os.environ.get(SKIP_ENV, "").strip() not in ("", "0"):
+        return f"real vLLM tier skipped by {SKIP_ENV}={os.environ[SKIP_ENV]}"
+    return None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    reason = _skip_reason(config)
+    return f"real-engine tier: {'OFF — ' + reason if reason else 'on (real vLLM on the CPU)'}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = _skip_reason(config)
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if item.get_closest_marker("real_engine") is not None:
+            item.add_marker(skip)
