@@ -9,6 +9,7 @@ and the run is INVALID rather than a silently smaller load (seed 000's lesson).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -40,6 +41,8 @@ class LoadPlan:
     barrier_timeout_s: float
     request_id_prefix: str
     """``<run_id>/load/<api>``; the sequence number is appended."""
+    backoff_max_s: float = 2.0
+    """Cap of a worker's pause after failures that came before any token (0: no pause)."""
 
 
 @dataclass
@@ -58,6 +61,8 @@ class LoadState:
     cancelled: int = 0
     cancel_cause: str | None = None
     """Why in-flight requests were cut: ``drain deadline`` or ``abort``."""
+    backoffs: int = 0
+    """Pauses taken after instant failures (a refusing or dead server is not hammered)."""
     worker_errors: Counter[str] = field(default_factory=Counter)
     """Workers that died of an exception in soaktop itself (each one a lost worker)."""
 
@@ -208,6 +213,7 @@ class LoadGenerator:
         await self._release.wait()
         url = base + self._bodies.path
         prefix = self.plan.request_id_prefix
+        fast_failures = 0
         while (seq := self._next_seq()) is not None:
             prompt = self._pool.pick(seq)
             body = self._bodies.build(self._pool.text_for(seq, prompt))
@@ -230,3 +236,19 @@ class LoadGenerator:
             finally:
                 self.state.in_flight -= 1
             self._on_result(result)
+            if result.failure is not None and result.first_token_ns is None:
+                fast_failures += 1
+                await self._back_off(fast_failures)
+            else:
+                fast_failures = 0
+
+    async def _back_off(self, consecutive: int) -> None:
+        """Pause 50 ms, 100 ms, ... up to ``backoff_max_s`` after failures that came before
+        any token: a refusing (503) or dead server would otherwise be hit thousands of times
+        a second, each a journal line. Stop ends the pause at once."""
+        if self.plan.backoff_max_s <= 0:
+            return
+        self.state.backoffs += 1
+        pause = min(self.plan.backoff_max_s, 0.05 * 2 ** min(consecutive - 1, 16))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), pause)

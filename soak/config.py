@@ -70,6 +70,9 @@ class RunConfig(BaseModel):
     """TCP connect timeout per request."""
     read_timeout_s: float = Field(300.0, gt=0)
     """Longest silence inside a response before it is a read timeout (a generation must fit)."""
+    failure_backoff_max_s: float = Field(2.0, ge=0)
+    """A worker pauses (50 ms doubling up to this) after failures that came before any token,
+    so a refusing or dead server is not hit thousands of times a second; 0 disables it."""
     snapshot_interval_s: float = Field(1.0, gt=0, le=60)
     """How often the runner appends an aggregated snapshot."""
     window_s: int = Field(10, ge=1, le=600)

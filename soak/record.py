@@ -103,6 +103,9 @@ class LoadSummary(BaseModel):
     """In-flight requests soaktop cut (see ``cancel_cause``); journaled with partial timings."""
     cancel_cause: str | None = None
     """``drain deadline`` (the server did not finish them in time) or ``abort`` (operator)."""
+    backoffs: int = 0
+    """Pauses workers took after failures that came before any token (see config
+    failure_backoff_max_s): the load was deliberately lighter than requested then."""
     worker_errors: dict[str, int] = Field(default_factory=dict)
     """Workers lost to an exception inside soaktop (the load ran with fewer workers)."""
     failures_by_class: dict[str, int] = Field(default_factory=dict)

@@ -360,6 +360,7 @@ class Runner:
             drain_timeout_s=cfg.drain_timeout_s,
             barrier_timeout_s=cfg.barrier_timeout_s,
             request_id_prefix=f"{self.run_id}/load/{cfg.api}",
+            backoff_max_s=cfg.failure_backoff_max_s,
         )
         bodies = BodyBuilder(
             model=cfg.model,
@@ -426,6 +427,7 @@ class Runner:
             issued=st.issued,
             stop_reason=st.stop_reason,
             cancel_cause=st.cancel_cause,
+            backoffs=st.backoffs,
             worker_errors={scrub(k): n for k, n in st.worker_errors.items()},
         )
 

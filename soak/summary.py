@@ -33,6 +33,7 @@ class LoadTiming:
     issued: int = 0
     stop_reason: str | None = None
     cancel_cause: str | None = None
+    backoffs: int = 0
     worker_errors: dict[str, int] = field(default_factory=dict)
 
     @classmethod
@@ -56,6 +57,7 @@ class LoadTiming:
             issued=s.issued,
             stop_reason=s.stop_reason,
             cancel_cause=s.cancel_cause,
+            backoffs=s.backoffs,
             worker_errors=dict(s.worker_errors),
         )
 
@@ -120,6 +122,7 @@ def summarize_load(
         failed=failed,
         cancelled=cancelled,
         cancel_cause=timing.cancel_cause if cancelled else None,
+        backoffs=timing.backoffs,
         worker_errors=timing.worker_errors,
         failures_by_class=dict(sorted(classes.items())),
         issue_start_s=timing.issue_start_s,

@@ -101,6 +101,17 @@ def _load_reasons(f: Findings) -> list[Reason]:
                 ),
             )
         )
+    if load.backoffs:
+        out.append(
+            Reason(
+                code="backoff",
+                effect="note",
+                message=(
+                    f"workers paused {load.backoffs} times after failures that came before any "
+                    "token (a refusing or dead server): the load was lighter than requested then"
+                ),
+            )
+        )
     if load.worker_errors:
         why = "; ".join(f"{n}× {msg}" for msg, n in load.worker_errors.items())
         out.append(

@@ -77,6 +77,7 @@ _DERIVED = {
     "no_completed_requests",
     "usage_missing",
     "drain_deadline",
+    "backoff",
     "cancelled",
     "worker_errors",
     "counters_inconsistent",

@@ -75,6 +75,10 @@ def test_engine_death_mid_load_fails_the_run_with_classified_failures(tmp_path):
     classes = set(rec["load"]["failures_by_class"])
     assert classes <= {"http_5xx", "error_event", "connect_error", "stream_cut"}, classes
     assert rec["load"]["completed"] > 0  # the other replica kept serving
+    # the dead replica is not hammered: workers back off instead of journaling
+    # thousands of connection errors a second
+    assert rec["load"]["failed"] < 500 and rec["load"]["backoffs"] > 0
+    assert "backoff" in {r["code"] for r in rec["reasons"]}
     failed = [r for r in journal(run_dir) if not r["ok"] and not r["cancelled"]]
     assert len(failed) == rec["load"]["failed"] and all(r["detail"] for r in failed)
 
