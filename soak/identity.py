@@ -27,7 +27,8 @@ def _detect_engine(names: set[str]) -> str | None:
     return None
 
 
-def _read_metrics(text: str, ident: EndpointIdentity) -> None:
+def read_metrics(text: str, ident: EndpointIdentity) -> None:
+    """Fill the engine name and vllm:cache_config_info (KV token slots) from /metrics."""
     names: set[str] = set()
     for fam in text_string_to_metric_families(text):
         names.add(fam.name)
@@ -67,7 +68,7 @@ async def probe_endpoint(client: httpx.AsyncClient, base: str) -> EndpointIdenti
     try:
         m = await client.get(f"{base}/metrics")
         if m.status_code == 200:
-            _read_metrics(m.text, ident)
+            read_metrics(m.text, ident)
     except (httpx.HTTPError, ValueError):
         pass  # metrics are optional for the load; telemetry reports their absence
     return ident
