@@ -43,7 +43,8 @@ import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SOAKTOP_CACHE") or Path.home() / ".cache" / "soaktop")
-TOKENIZER_DIR = CACHE / "bench-tokenizer-v1"
+TOKENIZER_DIR = CACHE / "tiny-model-v1"
+"""`vllm bench serve` needs a tokenizer: the tiny test model's (scripts/build_tiny_model.py)."""
 OUTPUT_LEN = 256
 INPUT_LEN = 32
 SAMPLE_S = 0.1
@@ -361,10 +362,13 @@ def vllm_venv() -> Path:
 
 
 def ensure_tokenizer(venv: Path) -> None:
-    if (TOKENIZER_DIR / "tokenizer.json").exists() and (TOKENIZER_DIR / "config.json").exists():
-        return
+    """Build (or find cached) the tiny model, whose directory holds the tokenizer."""
     subprocess.run(
-        [str(venv / "bin" / "python"), str(REPO / "bench" / "build_tokenizer.py"), TOKENIZER_DIR],
+        [
+            str(venv / "bin" / "python"),
+            str(REPO / "scripts" / "build_tiny_model.py"),
+            str(TOKENIZER_DIR),
+        ],
         check=True,
         stdout=subprocess.DEVNULL,
     )
