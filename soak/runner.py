@@ -101,8 +101,8 @@ class Runner:
         self.released_at: str | None = None
         self.barrier_wait_s: float | None = None
         self._seq = 0
-        self._completed = self._failed = self._cancelled = 0
         self._failures: dict[str, int] = {}
+        """Failures per class so far: only for the per-class event limit."""
         self._unreported: dict[str, int] = {}
         self.health_max: dict[str, float] = {}
 
@@ -128,12 +128,7 @@ class Runner:
             r.failure_detail = self.redactor.text(r.failure_detail)
         self.requests.write_raw(request_line(r, self.origin_ns))
         self.live.record(r, self.now_s())
-        if r.cancelled:
-            self._cancelled += 1
-        elif r.ok:
-            self._completed += 1
-        else:
-            self._failed += 1
+        if r.failure is not None and not r.cancelled:
             cls = str(r.failure)
             n = self._failures.get(cls, 0) + 1
             self._failures[cls] = n
@@ -181,31 +176,31 @@ class Runner:
     # -- snapshots -------------------------------------------------------------------------
 
     def _load_view(self, now: float) -> LoadView:
-        gen = self.gen
-        st = gen.state if gen else None
-        issue_elapsed = None
-        if st and st.barrier_released_ns is not None:
-            end = st.issue_ended_ns or time.perf_counter_ns()
-            issue_elapsed = (end - st.barrier_released_ns) / 1e9
-        released = bool(st and st.barrier_released_ns is not None)
-        load_elapsed = load_start = 0.0
-        if st and st.barrier_released_ns is not None:
-            load_start = (st.barrier_released_ns - self.origin_ns) / 1e9
-            end_ns = st.drain_ended_ns or time.perf_counter_ns()
-            load_elapsed = (end_ns - st.barrier_released_ns) / 1e9
+        st = self.gen.state if self.gen else None
+        if st is None or st.barrier_released_ns is None:
+            return LoadView(
+                requested_concurrency=self.config.concurrency,
+                workers_started=st.workers_started if st else 0,
+                issue_total_s=self.config.duration_s,
+            )
+        now_ns = time.perf_counter_ns()
+        load_start = (st.barrier_released_ns - self.origin_ns) / 1e9
+        issue_elapsed = ((st.issue_ended_ns or now_ns) - st.barrier_released_ns) / 1e9
+        load_elapsed = ((st.drain_ended_ns or now_ns) - st.barrier_released_ns) / 1e9
+        cum = self.live.cumulative(load_elapsed)
         return LoadView(
             requested_concurrency=self.config.concurrency,
-            workers_started=st.workers_started if st else 0,
-            in_flight=st.in_flight if st else 0,
-            issued=st.issued if st else 0,
-            completed=self._completed,
-            failed=self._failed,
-            cancelled=self._cancelled,
-            failures_by_class=dict(self._failures),
+            workers_started=st.workers_started,
+            in_flight=st.in_flight,
+            issued=st.issued,
+            completed=cum.completed,
+            failed=cum.failed,
+            cancelled=st.cancelled,
+            failures_by_class=cum.failures_by_class,
             issue_elapsed_s=issue_elapsed,
             issue_total_s=self.config.duration_s,
-            window=self.live.window(now, load_start) if released else None,
-            cumulative=self.live.cumulative(load_elapsed) if released else None,
+            window=self.live.window(now, load_start),
+            cumulative=cum,
         )
 
     def _client_view(self) -> ClientView:
