@@ -28,7 +28,7 @@ from loadgen.prompts import BodyBuilder, PromptPool, PromptPoolError, load_file,
 from loadgen.workers import LoadGenerator, LoadPlan
 from probes.engine_metrics import EngineSample
 from probes.host import LoopLagMonitor, ProcessSampler, raise_fd_limit
-from soak.config import ConfigError, RunConfig
+from soak.config import RunConfig
 from soak.control import ControlReader
 from soak.engine_watch import EngineWatch
 from soak.events import EventLog
@@ -479,11 +479,8 @@ def main() -> int:
     """``python -m soak.runner`` with the RunConfig JSON on stdin."""
     try:
         config = RunConfig.model_validate_json(sys.stdin.buffer.read())
-    except ValueError as e:
+    except ValueError as e:  # pydantic's ValidationError; the CLI validated it already
         print(f"soaktop runner: bad configuration on stdin: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except ConfigError as e:  # pragma: no cover - validated by the CLI first
-        print(f"soaktop runner: {e}", file=sys.stderr)
         return EXIT_USAGE
     return eventloop.run(start(config))
 
