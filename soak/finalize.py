@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 
 from loadgen.stats import percentile
+from probes.host import fd_soft_limit
 from soak import __version__
 from soak.journal import sha256_file
 from soak.reconcile import reconcile
@@ -95,7 +96,7 @@ def client_health(runner: Runner) -> ClientHealth:
         rss_mb_max=m.get("rss_mb_max"),
         threads_max=int(m["threads_max"]) if "threads_max" in m else None,
         open_files_max=int(m["open_files_max"]) if "open_files_max" in m else None,
-        fd_limit=runner.sampler.sample().fd_limit,
+        fd_limit=fd_soft_limit(),
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from soak.journal import JsonlTail
-from soak.record import EXIT_CODES, Status, load_record
+from soak.record import EXIT_CODES, RunRecord, Status, load_record
 from soak.spawn import RunnerHandle
 
 
@@ -52,9 +52,8 @@ def status_line(snap: dict[str, Any]) -> str:
     )
 
 
-def final_report(run_dir: Path) -> str:
+def final_report(rec: RunRecord, run_dir: Path) -> str:
     """The verdict block printed when a run ends."""
-    rec = load_record(run_dir)
     out = [f"{rec.status.value}  {rec.run_id}"]
     for r in rec.reasons:
         out.append(f"  - [{r.effect}] {r.message}")
@@ -126,8 +125,9 @@ def follow(
             break
         time.sleep(poll_s)
     if (handle.run_dir / "record.json").exists():
-        print(final_report(handle.run_dir), file=out, flush=True)
-        return load_record(handle.run_dir).exit_code
+        rec = load_record(handle.run_dir)
+        print(final_report(rec, handle.run_dir), file=out, flush=True)
+        return rec.exit_code
     how = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
     print(
         f"soaktop: the runner died ({how}) without writing a record.\n"

@@ -44,8 +44,9 @@ def _timing_from_events(run_dir: Path, config: dict) -> tuple[LoadTiming | None,
             phases.append(PhaseSpan(name=ev["data"].get("phase", "?"), start_s=ev["t"]))
         elif ev.get("kind") == "barrier":
             barrier = ev.get("data", {}) | {"wall": ev.get("wall")}
-    last_end = 0.0
+    last_end, journaled = 0.0, 0
     for line in read_jsonl(run_dir / "requests.jsonl"):
+        journaled += 1
         last_end = max(last_end, line.get("end_s") or line.get("sent_s") or 0.0)
     last_t = max(last_t, last_end)
     phases[-1].end_s = last_t
@@ -65,7 +66,7 @@ def _timing_from_events(run_dir: Path, config: dict) -> tuple[LoadTiming | None,
             issue_start_s=issue_start,
             issue_end_s=issue_end,
             drain_end_s=drain_end if issue_start is not None else None,
-            issued=sum(1 for _ in read_jsonl(run_dir / "requests.jsonl")),
+            issued=journaled,
             stop_reason="runner killed",
         ),
         phases,
