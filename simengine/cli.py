@@ -24,7 +24,7 @@ import orjson
 from pydantic import ValidationError
 
 from simengine.config import SimConfig
-from simengine.faults import SCENARIOS, FaultRule
+from simengine.faults import SCENARIO_NOTES, SCENARIOS, FaultRule
 from simengine.server import Sim
 
 
@@ -69,9 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         field = d[name.replace("-", "_")]
         a(f"--{name}", type=typ, default=None,
           help=f"{(field.description or '').strip()} (default: {field.default})")  # fmt: skip
-    a("--scenario", choices=SCENARIOS, default="healthy", help="named fault scenario")
+    notes = "; ".join(f"{name}: {text}" for name, text in SCENARIO_NOTES.items())
+    a("--scenario", choices=SCENARIOS, default="healthy",
+      help=f"named fault scenario ({notes})")  # fmt: skip
     a("--fault", action="append", default=[], metavar="JSON",
-      help='a fault rule, e.g. \'{"match": "*/after/json/*", "action": "http_500"}\'')  # fmt: skip
+      help='a fault rule, e.g. \'{"match": "*/after/json/*", "action": "http_500"}\' or '
+           '\'{"match": "*/tools/4", "action": "tool_wrong_function", "count": 0}\'')  # fmt: skip
     a("--faults-file", type=Path, help="a JSON file holding a list of fault rules")
     a("--log-dir", type=Path, help="directory for replica<i>.log (default: a temp dir)")
     a("--ready-file", type=Path, help="write the ready JSON here (atomically)")

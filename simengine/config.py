@@ -64,7 +64,8 @@ class SimConfig(BaseModel):
     seed: int = 0
     """Seeds output lengths, token text, structured values and tool choices."""
     scenario: str = "healthy"
-    """Named fault scenario: healthy, post-load-500, xid-mid-run, engine-death."""
+    """Named fault scenario: healthy, post-load-500, broken-contracts, xid-mid-run,
+    engine-death (``simengine.faults.SCENARIO_NOTES`` says what each does)."""
     scenario_at: float = Field(default=30.0, ge=0)
     """Seconds into load at which the xid-mid-run / engine-death scenarios strike."""
     faults: list[FaultRule] = Field(default_factory=list)

@@ -5,6 +5,15 @@ shaped ``<run_id>/<phase>/<kind>/<n>``) with an fnmatch glob, and/or fires at a 
 counted from the first request of the ``load`` phase (the simulator does not know the
 load window, so that request is its only clock). One :class:`FaultBook` is shared by all
 replicas of a process, so a ``count`` is global: ``count: 1`` hits exactly one request.
+
+Actions come in three groups:
+
+- availability faults of one request: ``http_500``, ``http_503``, and the mid-stream
+  ``stall``, ``reset``, ``error_event`` and ``malformed``;
+- contract faults of one request (:data:`CONTRACT_ACTIONS`): the answer arrives with HTTP
+  200 and consistent usage, but breaks the structured-output or tool-call contract:
+  ``json_control_char``, ``json_invalid``, ``tool_wrong_function``, ``tool_bad_arguments``;
+- replica/GPU faults: ``xid`` and ``engine_death``.
 """
 
 from __future__ import annotations
@@ -16,14 +25,59 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from simengine.contract import JSON_FAULTS, TOOL_FAULTS
+
 FaultAction = Literal[
-    "http_500", "http_503", "stall", "reset", "error_event", "malformed", "xid", "engine_death"
+    "http_500",
+    "http_503",
+    "stall",
+    "reset",
+    "error_event",
+    "malformed",
+    "json_control_char",
+    "json_invalid",
+    "tool_wrong_function",
+    "tool_bad_arguments",
+    "xid",
+    "engine_death",
 ]
 
-#: Actions that change one request's response (the others act on a replica or a GPU).
-REQUEST_ACTIONS = frozenset({"http_500", "http_503", "stall", "reset", "error_event", "malformed"})
+#: Actions that change what one answer says, decided when its output is planned:
+#: ``json_control_char`` puts a raw control character inside a string of the JSON content;
+#: ``json_invalid`` cuts the JSON content off mid-value and still finishes with "stop";
+#: ``tool_wrong_function`` calls another of the request's tools (a made-up one when it has
+#: only one); ``tool_bad_arguments`` sends arguments that parse but break the parameters
+#: schema (a required key missing).
+CONTRACT_ACTIONS = JSON_FAULTS | TOOL_FAULTS
 
-SCENARIOS = ("healthy", "post-load-500", "xid-mid-run", "engine-death")
+#: Actions that change one request's response (the others act on a replica or a GPU).
+REQUEST_ACTIONS = (
+    frozenset({"http_500", "http_503", "stall", "reset", "error_event", "malformed"})
+    | CONTRACT_ACTIONS
+)
+
+SCENARIO_NOTES = {
+    "healthy": "no faults",
+    "post-load-500": "HTTP 500 on the first after-load JSON probe",
+    "broken-contracts": "HTTP 200 answers that break the contract in every probe phase: a "
+    "raw control character in JSON task 3, JSON cut short in task 11, tool task 2 with a "
+    "required argument missing",
+    "xid-mid-run": "Xid 31 on GPU 1 of replica 1, --scenario-at s into load",
+    "engine-death": "replica 1's engine dies --scenario-at s into load",
+}
+"""What each named scenario does (shown by ``python -m simengine --help``)."""
+SCENARIOS = tuple(SCENARIO_NOTES)
+
+
+def probe_globs(suite: str, n: int, phase: str = "*") -> list[str]:
+    """Globs for probe task ``n`` of a suite, its canary rounds and retries included.
+
+    soaktop's probe ids are ``<run>/<phase>/<suite>/<n>``, ``<n>.<round>`` in canary
+    rounds and ``<n>.r<k>`` for retries; ``*/json/3`` alone would miss those, and
+    ``*/json/3*`` would also hit task 31.
+    """
+    base = f"*/{phase}/{suite}/{n}"
+    return [base, base + ".*"]
 
 
 class FaultRule(BaseModel):
@@ -37,7 +91,8 @@ class FaultRule(BaseModel):
     """Seconds after the first ``load``-phase request. Replica/GPU actions fire then, once;
     request actions are armed then and hit the next matching requests."""
     action: FaultAction
-    """What happens: an HTTP error, a mid-stream fault, an Xid on a GPU, or engine death."""
+    """What happens: an HTTP error, a mid-stream fault, a broken JSON or tool-call answer,
+    an Xid on a GPU, or engine death."""
     after_tokens: int = Field(default=0, ge=0)
     """Mid-stream actions (stall, reset, error_event, malformed) strike after this many
     output tokens were sent."""
@@ -62,6 +117,20 @@ def scenario_rules(name: str, at_s: float) -> list[FaultRule]:
         # The first after-load JSON probe gets an HTTP 500: one availability failure that
         # must fail the run even after a clean load.
         return [FaultRule(match="*/after/json/*", action="http_500", count=1)]
+    if name == "broken-contracts":
+        # HTTP 200 answers that break the contract, in every probe phase and every
+        # canary round or retry: a raw control character in JSON task 3 (what real
+        # xgrammar let through), JSON cut short in task 11, bad arguments in tool task 2.
+        hits: list[tuple[str, int, FaultAction]] = [
+            ("json", 3, "json_control_char"),
+            ("json", 11, "json_invalid"),
+            ("tools", 2, "tool_bad_arguments"),
+        ]
+        return [
+            FaultRule(match=glob, action=action, count=0)
+            for suite, n, action in hits
+            for glob in probe_globs(suite, n)
+        ]
     if name == "xid-mid-run":
         return [FaultRule(at_s=at_s, action="xid", xid=31, gpu=1, replica=1)]
     if name == "engine-death":

@@ -12,6 +12,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from simengine import wire
+from simengine.faults import CONTRACT_ACTIONS
 from simengine.sequence import Sequence
 from simengine.textgen import K_CONTENT, K_REASONING, K_TOOL_HEAD, Plan, build_plan
 from simengine.tokenizer import chat_token_ids, token_ids
@@ -171,6 +172,12 @@ class OpenAIRoutes:
         if rep.engine.queue_full():
             return await self._reject_full(request, xrid, rid, parsed.stream, chat)
         seed_key = f"{cfg.seed}:{xrid}" if xrid else f"{cfg.seed}:#{rep.request_counter}"
+        contract_fault = None
+        if fault is not None and fault.action in CONTRACT_ACTIONS:
+            # Decided now, in the plan: streamed and non-streamed answers break alike and
+            # usage counts exactly the broken tokens that are sent.
+            contract_fault = fault.action
+            rep.log.warning("simengine.py:0", f"fault {fault.action} injected into {rid}")
         plan, vocab_idx = build_plan(
             parsed.out,
             random.Random(seed_key),
@@ -178,6 +185,7 @@ class OpenAIRoutes:
             reasoning_tokens=cfg.reasoning_tokens,
             tool_call_probability=cfg.tool_call_probability,
             parallel_tool_call_probability=cfg.parallel_tool_call_probability,
+            contract_fault=contract_fault,
         )
         for note in plan.notes:
             rep.log.warning("structured_outputs.py:0", f"{rid}: {note}")

@@ -146,10 +146,7 @@ class SchemaGenerator:
     def _string(self, schema: dict[str, Any], depth: int) -> str:
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
-            text, ok = regexgen.generate(pattern, self.rng)
-            if not ok:
-                self.notes.append(f"pattern {pattern!r} unsupported: best-effort string")
-            return text
+            return self._pattern_string(pattern, schema)
         fmt = schema.get("format")
         if fmt == "date-time":
             return f"2026-11-{self.rng.randint(1, 30):02d}T{self.rng.randint(0, 23):02d}:00:00Z"
@@ -173,6 +170,22 @@ class SchemaGenerator:
         text = " ".join(words)[:target].rstrip()
         while len(text) < lo:
             text += "x"
+        return text
+
+    def _pattern_string(self, pattern: str, schema: dict[str, Any]) -> str:
+        # The regex generator draws repetition counts freely, so a pattern with its own
+        # minLength/maxLength needs a few draws until one also fits the lengths.
+        lo = int(schema.get("minLength", 0))
+        hi = schema.get("maxLength")
+        text, ok = "", False
+        for _ in range(16):
+            text, ok = regexgen.generate(pattern, self.rng)
+            if ok and lo <= len(text) and (hi is None or len(text) <= int(hi)):
+                return text
+        if not ok:
+            self.notes.append(f"pattern {pattern!r} unsupported: best-effort string")
+        else:
+            self.notes.append(f"pattern {pattern!r} with length bounds: best-effort string")
         return text
 
     def _integer(self, schema: dict[str, Any], depth: int) -> int:

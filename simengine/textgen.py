@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from simengine import contract
 from simengine.schemagen import SchemaGenerator
 from simengine.tokenizer import split_pieces
 
@@ -106,11 +107,15 @@ def build_plan(
     reasoning_tokens: int,
     tool_call_probability: float,
     parallel_tool_call_probability: float,
+    contract_fault: str | None = None,
 ) -> tuple[Plan, list[int] | None]:
     """The plan for a request, plus vocabulary indices when the answer is plain text.
 
     The plan holds at most ``max_tokens`` tokens; ``finish`` is ``length`` when the cap cut
-    the answer short.
+    the answer short. ``contract_fault`` (a :data:`simengine.faults.CONTRACT_ACTIONS`
+    name) breaks the JSON content or the first tool call before it is cut into tokens, so
+    usage still counts exactly what is sent; an answer it cannot apply to is left as is,
+    with a note.
     """
     kinds: list[int] = []
     texts: list[str] = []
@@ -118,8 +123,14 @@ def build_plan(
         r = [_REASONING_WORDS[i % len(_REASONING_WORDS)] for i in range(reasoning_tokens)]
         kinds += [K_REASONING] * len(r)
         texts += r
-    calls = _tool_calls(req, rng, tool_call_probability, parallel_tool_call_probability)
+    tool_fault = contract_fault if contract_fault in contract.TOOL_FAULTS else None
+    json_fault = contract_fault if contract_fault in contract.JSON_FAULTS else None
+    calls = _tool_calls(req, rng, tool_call_probability, parallel_tool_call_probability, tool_fault)
     notes: list[str] = []
+    if (tool_fault and not calls) or (
+        json_fault and (calls or (req.json_schema is None and not req.json_object))
+    ):
+        notes.append(f"fault {contract_fault}: nothing to break in this answer; sent as is")
     vocab_idx: list[int] | None = None
     finish = "stop"
     tool_index: list[int] | None = None
@@ -135,7 +146,14 @@ def build_plan(
         gen = SchemaGenerator(req.json_schema or _JSON_OBJECT_SCHEMA, rng)
         value = gen.value()
         notes += gen.notes
-        pieces = split_pieces(orjson.dumps(value).decode())
+        if json_fault == "json_control_char":
+            text = contract.with_control_char(value)
+        elif json_fault == "json_invalid":
+            # Cut off mid-value yet finished with "stop": not a max_tokens cut.
+            text = contract.cut_short(orjson.dumps(value).decode())
+        else:
+            text = orjson.dumps(value).decode()
+        pieces = split_pieces(text)
         kinds += [K_CONTENT] * len(pieces)
         texts += pieces
     else:
@@ -166,7 +184,11 @@ _JSON_OBJECT_SCHEMA: dict[str, Any] = {
 
 
 def _tool_calls(
-    req: OutputRequest, rng: random.Random, p_call: float, p_parallel: float
+    req: OutputRequest,
+    rng: random.Random,
+    p_call: float,
+    p_parallel: float,
+    fault: str | None = None,
 ) -> list[ToolCall]:
     if not req.chat or not req.tools:
         return []
@@ -179,7 +201,8 @@ def _tool_calls(
     # "auto": answer a tool result in words; otherwise call a tool with probability p_call.
     elif choice in (None, "auto") and (req.after_tool_result or rng.random() >= p_call):
         return []
-    funcs = [t.get("function") or {} for t in req.tools if isinstance(t, dict)]
+    offered = [t.get("function") or {} for t in req.tools if isinstance(t, dict)]
+    funcs = offered
     if named is not None:
         funcs = [f for f in funcs if f.get("name") == named]
     if not funcs:
@@ -189,14 +212,19 @@ def _tool_calls(
         n = 2 if rng.random() < p_parallel else 1
     chosen = [funcs[0]] if named is not None else rng.sample(funcs, n)
     out = []
-    for fn in chosen:
-        gen = SchemaGenerator(fn.get("parameters") or {"type": "object"}, rng)
-        args = gen.value()
+    for k, fn in enumerate(chosen):
+        name = str(fn.get("name", ""))
+        params = fn.get("parameters") or {"type": "object"}
+        if k == 0 and fault == "tool_wrong_function":
+            name, params = contract.wrong_function(name, offered, rng)
+        args = SchemaGenerator(params, rng).value()
+        if k == 0 and fault == "tool_bad_arguments":
+            args = contract.break_arguments(args, params)
         # vLLM's tool parsers re-serialise the arguments with json.dumps (": " and ", ").
         out.append(
             ToolCall(
                 id=f"chatcmpl-tool-{rng.getrandbits(128):032x}",
-                name=str(fn.get("name", "")),
+                name=name,
                 arguments=json.dumps(args, ensure_ascii=False),
             )
         )
