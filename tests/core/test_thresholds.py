@@ -1,0 +1,463 @@
+"""Thresholds (``--threshold EXPR``): parsing, checks, live watch, and verdict reasons."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from loadgen.live import ThroughputView
+from loadgen.stats import LIVE_METHOD, LatencyStats
+from soak.record import LoadSummary, Status
+from soak.snapshot import ClientView, LoadView, Snapshot
+from soak.thresholds import (
+    LIVE_SOURCE,
+    METRICS,
+    ThresholdError,
+    ThresholdWatch,
+    describe_metrics,
+    evaluate,
+    metrics_from_record,
+    metrics_from_snapshot,
+    parse_threshold,
+    parse_thresholds,
+    record_source,
+    threshold_reasons,
+)
+from soak.verdict import Findings, decide
+
+# --- parsing -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expr", "metric", "op", "value", "abort", "grace"),
+    [
+        ("ttft.p99<2s", "ttft.p99", "<", 2.0, False, 0.0),
+        ("e2e.p99 < 20s", "e2e.p99", "<", 20.0, False, 0.0),
+        ("itl.p50<=50ms", "itl.p50", "<=", 0.05, False, 0.0),
+        ("tpot.mean<250us", "tpot.mean", "<", 0.00025, False, 0.0),
+        ("ttfb.max<1.5", "ttfb.max", "<", 1.5, False, 0.0),
+        ("error_rate==0", "error_rate", "==", 0.0, False, 0.0),
+        ("error_rate<0.1%", "error_rate", "<", 0.001, False, 0.0),
+        ("output_tokens_per_s>1000", "output_tokens_per_s", ">", 1000.0, False, 0.0),
+        ("requests_per_s>=5", "requests_per_s", ">=", 5.0, False, 0.0),
+        ("gpu.min_free_mib>2048", "gpu.min_free_mib", ">", 2048.0, False, 0.0),
+        ("engine.max_kv_usage<95%", "engine.max_kv_usage", "<", 0.95, False, 0.0),
+        ("failed!=3", "failed", "!=", 3.0, False, 0.0),
+        ("e2e.p99<20s,abort,grace=60s", "e2e.p99", "<", 20.0, True, 60.0),
+        ("e2e.p99<20s, abort", "e2e.p99", "<", 20.0, True, 0.0),
+        ("ttft.p99<2s,abort,grace=500ms", "ttft.p99", "<", 2.0, True, 0.5),
+        ("ttft.p99<2s,abort,grace=2m", "ttft.p99", "<", 2.0, True, 120.0),
+        ("ttft.p99<2s,abort,grace=1h", "ttft.p99", "<", 2.0, True, 3600.0),
+        ("ttft.p99<2s,abort,grace=30", "ttft.p99", "<", 2.0, True, 30.0),
+    ],
+)
+def test_examples_parse_to_canonical_units(expr, metric, op, value, abort, grace):
+    t = parse_threshold(expr)
+    assert (t.metric, t.op, t.abort_on_fail) == (metric, op, abort)
+    assert t.value == pytest.approx(value)
+    assert t.grace_s == pytest.approx(grace)
+    assert t.expr == expr
+
+
+def test_condition_is_the_comparison_as_written_without_spaces_or_options():
+    assert parse_threshold("e2e.p99 < 20s , abort,grace=60s").condition == "e2e.p99<20s"
+
+
+@pytest.mark.parametrize(
+    ("expr", "fragments"),
+    [
+        (
+            "ttft.p98<2s",
+            [
+                "threshold 'ttft.p98<2s': "
+                "unknown statistic 'p98'; use one of p50, p90, p99, max, mean"
+            ],
+        ),
+        ("ttft<2s", ["'ttft' needs a statistic", "ttft.p99", "p50, p90, p99, max, mean"]),
+        ("latency.p99<2s", ["unknown metric 'latency.p99'", "known metrics:", "error_rate"]),
+        ("ttfx.p99<2s", ["unknown metric 'ttfx.p99'", "did you mean 'ttft.p99'?"]),
+        ("ttft.p99=<2s", ["unknown operator '=<'", "<, <=, >, >=, ==, !="]),
+        ("ttft.p99=2s", ["unknown operator '='", "use one of <, <=, >, >=, ==, !="]),
+        ("ttft.p99 2s", ["missing comparison after 'ttft.p99'", "<, <=, >, >=, ==, !="]),
+        ("error_rate<2s", ["unit 's' does not fit error_rate", "ratio", "%"]),
+        ("ttft.p99<2%", ["unit '%' does not fit ttft.p99", "s, ms or us"]),
+        ("ttft.p99<2m", ["unit 'm' does not fit ttft.p99", "s, ms or us"]),
+        ("gpu.min_free_mib>2GiB", ["unit 'GiB' does not fit gpu.min_free_mib", "MiB"]),
+        ("ttft.p99<", ["missing value after '<'", "e.g. ttft.p99<2s"]),
+        ("error_rate<", ["missing value after '<'", "e.g. error_rate<0.1%"]),
+        ("ttft.p99<fast", ["value 'fast' is not a number", "s, ms or us"]),
+        ("e2e.p99<20s,abort,grace=soon", ["grace 'soon' is not a duration", "ms, s, m or h"]),
+        ("e2e.p99<20s,abort,grace=5d", ["grace '5d' is not a duration", "ms, s, m or h"]),
+        ("e2e.p99<20s,abort,grace=-5s", ["grace '-5s' is not a duration"]),
+        ("e2e.p99<20s,grace=60s", ["grace only delays an abort", "',abort'"]),
+        ("e2e.p99<20s,stop", ["unknown option 'stop'", "abort", "grace=DURATION"]),
+        ("", ["empty expression", "METRIC OP VALUE"]),
+        ("<2s", ["must start with a metric name", "known metrics:"]),
+    ],
+)
+def test_errors_name_the_expression_the_problem_and_what_is_allowed(expr, fragments):
+    with pytest.raises(ThresholdError) as info:
+        parse_threshold(expr)
+    message = str(info.value)
+    assert message.startswith(f"threshold {expr!r}: ")
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_threshold_error_is_a_value_error():
+    with pytest.raises(ValueError):
+        parse_threshold("nope")
+
+
+def test_the_same_condition_twice_is_an_error():
+    with pytest.raises(ThresholdError, match="given twice"):
+        parse_thresholds(["ttft.p99<2s", "ttft.p99 < 2s,abort"])
+    assert [t.metric for t in parse_thresholds(["ttft.p99<2s", "ttft.p90<1s"])] == [
+        "ttft.p99",
+        "ttft.p90",
+    ]
+
+
+def test_registry_covers_every_latency_and_statistic_and_describes_each_metric():
+    for base in ("ttft", "e2e", "itl", "tpot", "ttfb", "first_content"):
+        for stat in ("p50", "p90", "p99", "max", "mean"):
+            assert METRICS[f"{base}.{stat}"].kind == "latency"
+    assert METRICS["engine.preemptions"].telemetry
+    lines = describe_metrics()
+    assert len(lines) == len(METRICS)
+    assert any(
+        line.startswith("error_rate") and "failed / (completed + failed)" in line for line in lines
+    )
+
+
+# --- evaluation ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expr", "observed", "state"),
+    [
+        ("ttft.p99<2s", 1.99, "ok"),
+        ("ttft.p99<2s", 2.0, "breached"),
+        ("ttft.p99<=2s", 2.0, "ok"),
+        ("ttft.p99<=2s", 2.01, "breached"),
+        ("requests_per_s>5", 5.01, "ok"),
+        ("requests_per_s>5", 5.0, "breached"),
+        ("requests_per_s>=5", 5.0, "ok"),
+        ("requests_per_s>=5", 4.99, "breached"),
+        ("error_rate==0", 0.0, "ok"),
+        ("error_rate==0", 0.01, "breached"),
+        ("itl.p50==50ms", 0.05, "ok"),
+        ("failed!=3", 2.0, "ok"),
+        ("failed!=3", 3.0, "breached"),
+    ],
+)
+def test_each_operator_is_the_condition_that_must_hold(expr, observed, state):
+    t = parse_threshold(expr)
+    [s] = evaluate([t], {t.metric: observed}, "test")
+    assert s.state == state
+    assert s.observed == observed
+    assert s.limit == t.value
+    assert s.source == "test"
+
+
+@pytest.mark.parametrize("metrics", [{}, {"error_rate": None}, {"error_rate": math.nan}])
+def test_no_data_is_never_ok(metrics):
+    for expr in ("error_rate==0", "error_rate!=0", "error_rate<1", "error_rate>=0"):
+        [s] = evaluate([parse_threshold(expr)], metrics, "test")
+        assert s.state == "no_data"
+        assert s.observed is None
+
+
+# --- figures from a snapshot ---------------------------------------------------------
+
+
+def live(p50, p90, p99, mx, mean, n=100) -> LatencyStats:
+    return LatencyStats(p50=p50, p90=p90, p99=p99, max=mx, mean=mean, method=LIVE_METHOD, n=n)
+
+
+def snapshot(cumulative: ThroughputView | None, telemetry=None) -> Snapshot:
+    return Snapshot(
+        seq=30,
+        t=42.0,
+        wall="2025-01-01T00:00:42Z",
+        run_id="run-1",
+        phase="load",
+        phase_elapsed_s=30.0,
+        load=LoadView(requested_concurrency=8, cumulative=cumulative),
+        client=ClientView(),
+        telemetry=telemetry or {},
+    )
+
+
+def view(completed=98, failed=2, **kw) -> ThroughputView:
+    base = dict(
+        span_s=30.0,
+        completed=completed,
+        failed=failed,
+        output_tokens=30_000,
+        requests_per_s=completed / 30.0,
+        output_tokens_per_s=1000.0,
+        ttft_s=live(0.2, 0.4, 0.81, 0.9, 0.25),
+        e2e_s=live(5.0, 9.0, 23.4, 25.0, 6.0),
+        itl_s=live(0.02, 0.03, 0.05, 0.2, 0.021, n=20_000),
+        tpot_s=live(0.021, 0.031, 0.051, 0.06, 0.022),
+    )
+    return ThroughputView(**(base | kw))
+
+
+def test_snapshot_figures_come_from_the_cumulative_live_histograms():
+    m = metrics_from_snapshot(snapshot(view()))
+    assert m["ttft.p99"] == 0.81
+    assert m["e2e.max"] == 25.0
+    assert m["itl.mean"] == 0.021
+    assert m["tpot.p50"] == 0.021
+    assert m["error_rate"] == pytest.approx(0.02)
+    assert (m["completed"], m["failed"]) == (98, 2)
+    assert m["output_tokens_per_s"] == 1000.0
+    assert m["requests_per_s"] == pytest.approx(98 / 30)
+    # Live views do not keep TTFB or first-content latencies: no data, not zero.
+    assert m["ttfb.p99"] is None and m["first_content.p50"] is None
+
+
+def test_snapshot_before_the_load_has_no_data_for_any_load_metric():
+    m = metrics_from_snapshot(snapshot(None))
+    assert set(m) == set(METRICS)
+    assert all(v is None for v in m.values())
+    states = evaluate([parse_threshold("failed==0")], m, LIVE_SOURCE)
+    assert states[0].state == "no_data"
+
+
+def test_error_rate_has_no_data_until_a_request_ends():
+    empty = view(
+        completed=0,
+        failed=0,
+        requests_per_s=0.0,
+        ttft_s=LatencyStats(method=LIVE_METHOD),
+        e2e_s=LatencyStats(method=LIVE_METHOD),
+    )
+    m = metrics_from_snapshot(snapshot(empty))
+    assert m["error_rate"] is None
+    assert m["ttft.p99"] is None
+    assert m["failed"] == 0
+
+
+def test_snapshot_telemetry_takes_the_worst_endpoint_and_gpu():
+    telemetry = {
+        "engines": [
+            {"endpoint": 0, "status": "ok", "waiting": 3.0, "kv_usage": 0.5, "preemptions": 1},
+            {"endpoint": 1, "status": "ok", "waiting": 12.0, "kv_usage": 0.97, "preemptions": 2},
+            {"endpoint": 2, "status": "scrape failed", "waiting": 999.0, "error": "timeout"},
+            {"endpoint": 3, "status": "no data yet"},
+        ],
+        "gpus": [
+            {"index": 0, "memory_free_mib": 4096, "temperature_c": 71},
+            {"index": 1, "memory_free_mib": 1024, "temperature_c": 83},
+        ],
+    }
+    m = metrics_from_snapshot(snapshot(view(), telemetry))
+    assert m["engine.max_waiting"] == 12.0
+    assert m["engine.max_kv_usage"] == 0.97
+    assert m["engine.preemptions"] == 3.0
+    assert m["gpu.min_free_mib"] == 1024.0
+    assert m["gpu.max_temp_c"] == 83.0
+
+
+def test_snapshot_without_telemetry_has_no_data_for_telemetry_metrics():
+    engines_without_values = {"engines": [{"endpoint": 0, "status": "ok", "waiting": None}]}
+    for telemetry in ({}, engines_without_values, {"gpus": "not a list"}):
+        m = metrics_from_snapshot(snapshot(view(), telemetry))
+        for name in ("gpu.min_free_mib", "gpu.max_temp_c", "engine.max_waiting"):
+            assert m[name] is None
+        assert m["engine.preemptions"] is None
+
+
+# --- figures from the record ---------------------------------------------------------
+
+
+def exact(p50, p90, p99, mx, mean, method="nearest-rank") -> LatencyStats:
+    return LatencyStats(p50=p50, p90=p90, p99=p99, max=mx, mean=mean, method=method, n=100)
+
+
+def summary(**kw) -> LoadSummary:
+    base = dict(
+        requested_concurrency=8,
+        workers_started=8,
+        barrier_released=True,
+        issued=100,
+        completed=99,
+        failed=1,
+        output_tokens_per_s=812.5,
+        requests_per_s=3.3,
+        ttft_s=exact(0.2, 0.4, 0.8, 0.95, 0.25),
+        e2e_s=exact(5.0, 9.0, 23.4, 25.0, 6.0),
+        ttfb_s=exact(0.01, 0.02, 0.03, 0.04, 0.015),
+        first_content_s=exact(0.3, 0.5, 0.9, 1.2, 0.35),
+    )
+    return LoadSummary(**(base | kw))
+
+
+def test_record_figures_are_the_exact_summary():
+    telemetry = {
+        "engines": [
+            {"endpoint": 0, "max_waiting": 4, "max_kv_usage": 0.6, "preemptions": 0},
+            {"endpoint": 1, "max_waiting": 9, "max_kv_usage": 0.8, "preemptions": 5},
+        ],
+        "gpus": [{"min_free_mib": 900, "max_temp_c": 79}, {"min_free_mib": 3000, "max_temp_c": 85}],
+    }
+    m = metrics_from_record(summary(), telemetry)
+    assert m["e2e.p99"] == 23.4
+    assert m["ttfb.p90"] == 0.02
+    assert m["first_content.max"] == 1.2
+    assert m["itl.p99"] is None  # no ITL values in this summary: no data
+    assert m["error_rate"] == pytest.approx(0.01)
+    assert (m["completed"], m["failed"]) == (99, 1)
+    assert m["output_tokens_per_s"] == 812.5
+    assert m["requests_per_s"] == 3.3
+    assert m["engine.max_waiting"] == 9
+    assert m["engine.max_kv_usage"] == 0.8
+    assert m["engine.preemptions"] == 5
+    assert m["gpu.min_free_mib"] == 900
+    assert m["gpu.max_temp_c"] == 85
+
+
+def test_record_without_preemption_counts_has_no_preemption_data():
+    m = metrics_from_record(summary(), {"engines": [{"max_waiting": 4, "max_kv_usage": 0.6}]})
+    assert m["engine.preemptions"] is None
+    assert m["engine.max_waiting"] == 4
+
+
+def test_record_without_a_measured_load_has_no_data():
+    for load in (None, summary(barrier_released=False, issued=0, completed=0, failed=0)):
+        m = metrics_from_record(load, {})
+        assert all(v is None for v in m.values())
+
+
+def test_record_source_names_the_percentile_method():
+    assert record_source(summary()) == "record (exact, nearest-rank)"
+    linear = summary(ttft_s=exact(0.2, 0.4, 0.8, 0.95, 0.25, method="linear"))
+    assert record_source(linear) == "record (exact, linear)"
+
+
+# --- live watch ----------------------------------------------------------------------
+
+
+def test_watch_remembers_the_first_live_breach_after_recovery():
+    watch = ThresholdWatch([parse_threshold("ttft.p99<1s"), parse_threshold("error_rate==0")])
+    watch.update({"ttft.p99": 0.5, "error_rate": 0.0}, t_s=10.0, load_elapsed_s=5.0)
+    assert [s.state for s in watch.states] == ["ok", "ok"]
+    assert [s.first_breach_s for s in watch.states] == [None, None]
+    watch.update({"ttft.p99": 1.5, "error_rate": 0.0}, t_s=11.0, load_elapsed_s=6.0)
+    watch.update({"ttft.p99": 1.7, "error_rate": None}, t_s=12.0, load_elapsed_s=7.0)
+    states = watch.update({"ttft.p99": 0.7, "error_rate": 0.0}, t_s=13.0, load_elapsed_s=8.0)
+    assert states[0].state == "ok"
+    assert states[0].first_breach_s == 11.0
+    assert states[1].first_breach_s is None  # no data is not a breach
+    assert all(s.source == LIVE_SOURCE for s in states)
+
+
+def test_abort_waits_for_the_grace_and_needs_a_breach_now():
+    watch = ThresholdWatch(
+        [parse_threshold("ttft.p99<1s"), parse_threshold("e2e.p99<20s,abort,grace=60s")]
+    )
+    assert watch.abort_due() is None
+    watch.update({"ttft.p99": 5.0, "e2e.p99": 30.0}, t_s=35.0, load_elapsed_s=30.0)
+    assert watch.abort_due() is None  # breached, but inside the grace
+    watch.update({"ttft.p99": 5.0, "e2e.p99": 10.0}, t_s=70.0, load_elapsed_s=65.0)
+    assert watch.abort_due() is None  # past the grace, but not breached now
+    watch.update({"ttft.p99": 5.0, "e2e.p99": None}, t_s=71.0, load_elapsed_s=66.0)
+    assert watch.abort_due() is None  # no data never aborts
+    watch.update({"ttft.p99": 5.0, "e2e.p99": 30.0}, t_s=72.0, load_elapsed_s=67.0)
+    aborting = watch.abort_due()
+    assert aborting is not None and aborting.condition == "e2e.p99<20s"
+    assert watch.states[1].first_breach_s == 35.0
+
+
+def test_abort_without_grace_is_immediate_but_not_before_the_load():
+    watch = ThresholdWatch([parse_threshold("error_rate<1%,abort")])
+    watch.update({"error_rate": 0.5}, t_s=3.0, load_elapsed_s=None)
+    assert watch.abort_due() is None
+    watch.update({"error_rate": 0.5}, t_s=4.0, load_elapsed_s=0.0)
+    assert watch.abort_due() is not None
+
+
+# --- reasons -------------------------------------------------------------------------
+
+
+def final(expr: str, observed: float | None, load: LoadSummary | None = None):
+    t = parse_threshold(expr)
+    return evaluate([t], {t.metric: observed}, record_source(load or summary()))
+
+
+def test_a_final_breach_fails_the_run_with_the_figure_and_its_source():
+    [reason] = threshold_reasons(final("e2e.p99<20s", 23.4))
+    assert reason.effect == "failed"
+    assert reason.code == "threshold"
+    assert reason.message == (
+        "threshold e2e.p99<20s breached: 23.4 s, from the record (exact, nearest-rank)"
+    )
+    assert decide(Findings(load=summary(failed=0, issued=99), extra=[reason]))[0] is Status.FAILED
+
+
+def test_latencies_under_a_second_read_in_ms_and_ratios_in_percent():
+    [r1] = threshold_reasons(final("ttft.p99<500ms", 0.85))
+    assert "breached: 850 ms," in r1.message
+    [r2] = threshold_reasons(final("error_rate<0.1%", 0.0123))
+    assert "breached: 1.23 %," in r2.message
+    [r3] = threshold_reasons(final("output_tokens_per_s>1000", 812.4))
+    assert "breached: 812 tok/s," in r3.message
+
+
+def test_no_data_makes_the_run_invalid_and_says_why():
+    [reason] = threshold_reasons(final("gpu.min_free_mib>2048", None))
+    assert reason.effect == "invalid"
+    assert reason.code == "threshold_no_data"
+    assert "gpu.min_free_mib had no data" in reason.message
+    assert "telemetry" in reason.message
+    assert "no data is never ok" in reason.message
+    assert decide(Findings(load=summary(failed=0, issued=99), extra=[reason]))[0] is Status.INVALID
+    [latency] = threshold_reasons(final("itl.p99<50ms", None))
+    assert "itl.p99 had no data" in latency.message
+
+
+def test_a_threshold_that_holds_gives_no_reason():
+    assert threshold_reasons(final("e2e.p99<30s", 23.4)) == []
+
+
+def test_held_at_the_end_but_breached_live_is_a_note_with_the_time():
+    watch = ThresholdWatch([parse_threshold("ttft.p99<1s")])
+    watch.update({"ttft.p99": 1.4}, t_s=725.0, load_elapsed_s=720.0)
+    watch.update({"ttft.p99": 0.6}, t_s=726.0, load_elapsed_s=721.0)
+    [reason] = threshold_reasons(final("ttft.p99<1s", 0.62), watch.states)
+    assert reason.effect == "note"
+    assert "threshold ttft.p99<1s held at the end (620 ms" in reason.message
+    assert "first breached live at 12 min 5 s" in reason.message
+    assert decide(Findings(load=summary(failed=0, issued=99), extra=[reason]))[0] is Status.PASSED
+
+
+def test_a_final_breach_also_says_when_it_was_first_breached_live():
+    watch = ThresholdWatch([parse_threshold("e2e.p99<20s")])
+    watch.update({"e2e.p99": 21.0}, t_s=42.0, load_elapsed_s=37.0)
+    [reason] = threshold_reasons(final("e2e.p99<20s", 23.4), watch.states)
+    assert reason.message.endswith("; first breached live at 42 s")
+
+
+def test_an_abort_fails_the_run_once_and_says_the_load_was_stopped_early():
+    t = parse_threshold("e2e.p99<20s,abort,grace=60s")
+    other = parse_threshold("ttft.p99<2s")
+    watch = ThresholdWatch([t, other])
+    watch.update({"e2e.p99": 25.0, "ttft.p99": 0.5}, t_s=42.0, load_elapsed_s=61.0)
+    assert watch.abort_due() == t
+    finals = evaluate(
+        [t, other], {"e2e.p99": 24.0, "ttft.p99": 3.0}, "record (exact, nearest-rank)"
+    )
+    reasons = threshold_reasons(finals, watch.states, abort=t)
+    assert [(r.code, r.effect) for r in reasons] == [
+        ("threshold_abort", "failed"),
+        ("threshold", "failed"),
+    ]
+    assert reasons[0].message == (
+        "threshold e2e.p99<20s breached at 42 s (25 s, live histogram (1 % buckets)): "
+        "the load was stopped early (abort_on_fail, grace 60 s)"
+    )
+    assert "ttft.p99<2s breached: 3 s" in reasons[1].message
