@@ -36,6 +36,23 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--interval": {"type": float, "dest": "interval_s", "metavar": "S"},
     "--headless": {"action": "store_const", "const": True, "dest": "headless"},
     "--redact": {"action": "store_const", "const": True, "dest": "redact"},
+    "--gates": {
+        "type": lambda v: [s.strip() for s in v.split(",") if s.strip()],
+        "dest": "gates",
+        "metavar": "SUITE,...",
+    },
+    "--no-gates": {"action": "store_const", "const": [], "dest": "gates"},
+    "--suite": {"type": Path, "action": "append", "dest": "suite_files", "metavar": "FILE"},
+    "--force-load": {"action": "store_const", "const": True, "dest": "force_load"},
+    "--probe-retries": {"type": int, "dest": "probe_retries", "metavar": "N"},
+    "--probe-concurrency": {"type": int, "dest": "probe_concurrency", "metavar": "N"},
+    "--probe-timeout": {"type": float, "dest": "probe_timeout_s", "metavar": "S"},
+    "--probe-expected": {"action": "store_const", "const": True, "dest": "probe_expected"},
+    "--probe-evidence": {"dest": "probe_evidence", "choices": ["failures", "all"]},
+    "--canary-interval": {"type": float, "dest": "canary_interval_s", "metavar": "S"},
+    "--canary-tasks": {"type": int, "dest": "canary_tasks", "metavar": "N"},
+    "--threshold": {"action": "append", "dest": "thresholds", "metavar": "EXPR"},
+    "--server-log": {"type": Path, "action": "append", "dest": "server_log", "metavar": "PATH"},
 }
 
 
@@ -44,9 +61,12 @@ def _field_help(dest: str) -> str | None:
     return f.description if f else None
 
 
+_FLAG_HELP = {"--no-gates": "run no contract gates (same as --gates '')"}
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     for flag, kw in _COMMON_FLAGS.items():
-        p.add_argument(flag, default=None, help=_field_help(kw["dest"]), **kw)
+        p.add_argument(flag, default=None, help=_FLAG_HELP.get(flag, _field_help(kw["dest"])), **kw)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,10 +195,11 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     )
 
     if ns.scenario in NEEDS_LATER_LAYERS:
+        ready = ", ".join(s for s in sorted(_scenarios()) if s not in NEEDS_LATER_LAYERS)
         print(
             f"soaktop: scenario {ns.scenario!r} injects a fault that needs "
             f"{NEEDS_LATER_LAYERS[ns.scenario]} to be seen, which soaktop does not have yet; "
-            "it would end in a false PASS. Available now: healthy, engine-death.",
+            f"it would end in a false PASS. Available now: {ready}.",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -204,7 +225,11 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             scenario=ns.scenario,
             scenario_at_s=duration / 2,
         ) as sim:
-            cfg = load_config(values, base=base | {"endpoints": sim.urls, "model": sim.model})
+            logs = [r["log"] for r in sim.ready["replicas"] if r.get("log")]
+            cfg = load_config(
+                values,
+                base=base | {"endpoints": sim.urls, "model": sim.model, "server_log": logs},
+            )
             print(
                 f"soaktop: simulated engine up: {len(sim.urls)} replicas "
                 f"({', '.join(sim.urls)}), scenario {ns.scenario}",
@@ -236,10 +261,18 @@ def cmd_verify(ns: argparse.Namespace) -> int:
     rec = load_record(ns.run_dir)
     n = rec.load.completed + rec.load.failed + rec.load.cancelled if rec.load else 0
     print(
-        f"soaktop verify: {rec.run_id}: OK — {len(rec.files)} journal hashes match; the load "
-        f"summary recomputed from {n} journaled requests equals the record ({rec.status.value})"
+        f"soaktop verify: {rec.run_id}: OK — {len(rec.files)} file hashes match; the load "
+        f"summary recomputed from {n} journaled requests and the gates from "
+        f"{_lines(ns.run_dir / 'probes.jsonl')} probe attempts equal the record "
+        f"({rec.status.value})"
     )
     return 0
+
+
+def _lines(path: Path) -> int:
+    from soak.journal import read_jsonl
+
+    return sum(1 for _ in read_jsonl(path))
 
 
 def cmd_recover(ns: argparse.Namespace) -> int:

@@ -91,6 +91,33 @@ class RunConfig(BaseModel):
     """Name of an environment variable holding the API key (the key never reaches disk)."""
     redact: bool = False
     """Drop endpoints, hostnames and paths from everything written to the run directory."""
+    gates: list[str] = Field(default_factory=lambda: ["json", "tools"])
+    """Probe suites run before and after the load (built in: json, tools, stream-tools,
+    tool-result, smoke, needle); empty runs no gates."""
+    suite_files: list[Path] = Field(default_factory=list)
+    """Extra suite files (JSON); one named like a built-in suite replaces it."""
+    force_load: bool = False
+    """Run the load even when a before-load gate failed (recorded in the verdict)."""
+    probe_retries: int = Field(0, ge=0, le=5)
+    """Retries of a failed probe; every attempt is recorded (off by default: no silent retry)."""
+    probe_concurrency: int = Field(4, ge=1, le=64)
+    """Probes in flight at once during a gate phase."""
+    probe_timeout_s: float = Field(120.0, gt=0)
+    """Longest time one probe request may take."""
+    probe_expected: bool = False
+    """Also check the suites' expected values (only for capable models)."""
+    probe_evidence: Literal["failures", "all"] = "failures"
+    """Which probes write their full request and response into evidence/: failed ones, or
+    all (to re-check every verdict from the raw answers)."""
+    canary_interval_s: float | None = Field(300.0, gt=0)
+    """During the load, every this many seconds a small sample of the suites runs beside
+    the workers (0 or unset: no canaries)."""
+    canary_tasks: int = Field(2, ge=1)
+    """Tasks of each suite per canary round (rotating through the suite)."""
+    thresholds: list[str] = Field(default_factory=list)
+    """k6-style pass/fail criteria, e.g. ttft.p99<2s, error_rate==0, e2e.p99<20s,abort."""
+    server_log: list[Path] = Field(default_factory=list)
+    """Server log file(s), one per replica: excerpts go into failed probes' evidence."""
 
     @field_validator("endpoints")
     @classmethod
@@ -107,6 +134,33 @@ class RunConfig(BaseModel):
                 )
             out.append(url.rstrip("/").removesuffix("/v1"))
         return out
+
+    @field_validator("canary_interval_s", mode="before")
+    @classmethod
+    def _zero_is_off(cls, v: Any) -> Any:
+        return None if v in (0, "0", 0.0, "") else v
+
+    @field_validator("thresholds")
+    @classmethod
+    def _check_thresholds(cls, v: list[str]) -> list[str]:
+        from soak.thresholds import ThresholdError, parse_threshold
+
+        for text in v:
+            try:
+                parse_threshold(text)
+            except ThresholdError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _check_suites(self) -> RunConfig:
+        from probes.suite import SuiteError, load_suites
+
+        try:
+            load_suites(self.gates, self.suite_files)
+        except SuiteError as e:
+            raise ValueError(str(e)) from None
+        return self
 
     @model_validator(mode="after")
     def _check_combinations(self) -> RunConfig:
@@ -127,6 +181,8 @@ class RunConfig(BaseModel):
             if data["prompts"]:
                 data["prompts"] = "<redacted>"
             data["api_key_env"] = "<redacted>" if data["api_key_env"] else None
+            data["suite_files"] = ["<redacted>" for _ in data["suite_files"]]
+            data["server_log"] = ["<redacted>" for _ in data["server_log"]]
         return data
 
 
@@ -156,7 +212,7 @@ def _mask_userinfo(value: Any) -> Any:
     return value
 
 
-_LIST_FIELDS = {"endpoints"}
+_LIST_FIELDS = {"endpoints", "gates", "suite_files", "server_log"}
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -166,9 +222,12 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
         raw = environ.get(f"SOAKTOP_{name.upper()}")
         if raw is None:
             continue
-        out[name] = (
-            [s.strip() for s in raw.split(",") if s.strip()] if name in _LIST_FIELDS else raw
-        )
+        if name == "thresholds":  # an expression holds commas (",abort"): split on ";"
+            out[name] = [s.strip() for s in raw.split(";") if s.strip()]
+        elif name in _LIST_FIELDS:
+            out[name] = [s.strip() for s in raw.split(",") if s.strip()]
+        else:
+            out[name] = raw
     return out
 
 

@@ -25,10 +25,11 @@ SCENARIOS = {
     "healthy": "no faults",
     "engine-death": "replica 1 dies half-way through the load",
     "post-load-500": "one HTTP 500 on one after-load JSON probe",
+    "broken-contracts": "json tasks 3 and 11 get a control character / invalid JSON, tools "
+    "task 2 bad arguments, in every gate phase",
     "xid-mid-run": "Xid 31 on GPU 1 and an illegal-memory-access log line at half the load",
 }
 NEEDS_LATER_LAYERS = {
-    "post-load-500": "the after-load contract gates",
     "xid-mid-run": "GPU telemetry (DCGM/NVML) and server-log fault detection",
 }
 """Scenarios whose fault soaktop cannot see yet: running them would show a false PASS."""

@@ -27,6 +27,7 @@ EventKind = Literal[
     "warning",  # client health, missing usage, anything an operator should know
     "fault",  # GPU / engine fault (telemetry sources)
     "gate",  # a probe result (gates)
+    "threshold",  # a threshold breached live, or one that stopped the load
     "health",  # endpoint health changed
     "mark",  # operator mark with a note
     "control",  # stop / abort / pause asked (signal or control file)

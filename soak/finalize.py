@@ -7,7 +7,8 @@ import hashlib
 import platform
 import socket
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -15,12 +16,14 @@ import orjson
 from loadgen.stats import percentile
 from probes.host import fd_soft_limit
 from soak import __version__
+from soak.gate_session import gates_from_journal, probe_accounting
 from soak.journal import sha256_file
-from soak.reconcile import reconcile
+from soak.reconcile import overall, reconcile, reconcile_gates
 from soak.record import (
     EXIT_CODES,
     ClientHealth,
     Identity,
+    LoadSummary,
     Reason,
     RunRecord,
     summary_csv,
@@ -28,6 +31,7 @@ from soak.record import (
     write_record,
 )
 from soak.summary import LoadTiming, summarize_load
+from soak.thresholds import evaluate, metrics_from_record, record_source, threshold_reasons
 from soak.verdict import Findings, decide
 
 if TYPE_CHECKING:
@@ -37,9 +41,17 @@ HASHED_FILES = (
     "config.json",
     "events.jsonl",
     "requests.jsonl",
+    "probes.jsonl",
     "snapshots.jsonl",
     "telemetry.jsonl",
 )
+
+
+def run_files(run_dir: Path) -> dict[str, str]:
+    """sha256 of every journal and evidence file present (the record's ``files``)."""
+    names = [n for n in HASHED_FILES if (run_dir / n).exists()]
+    names += sorted(str(p.relative_to(run_dir)) for p in (run_dir / "evidence").glob("*.json"))
+    return {name: sha256_file(run_dir / name) for name in names}
 
 
 def config_sha256(public_config: dict[str, object]) -> str:
@@ -100,6 +112,21 @@ def client_health(runner: Runner) -> ClientHealth:
     )
 
 
+def _reconciliation(runner: Runner, load: LoadSummary | None) -> dict[str, Any]:
+    """Client vs server per window: before gates, load (canaries included), after gates."""
+    acc = probe_accounting(runner.run_dir / "probes.jsonl")
+    windows: dict[str, dict[str, Any]] = {}
+    if "before" in runner.gate_counters and "before" in acc:
+        windows["before"] = reconcile_gates(*runner.gate_counters["before"], acc["before"])
+    if load is not None and load.barrier_released:
+        windows["load"] = reconcile(
+            runner.counters_before, runner.counters_after, load, acc.get("canary")
+        )
+    if "after" in runner.gate_counters and "after" in acc:
+        windows["after"] = reconcile_gates(*runner.gate_counters["after"], acc["after"])
+    return overall(windows) if windows else {}
+
+
 def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     """Write the verdict, the final snapshot and the record. Returns the exit code."""
     cfg = runner.config
@@ -109,6 +136,16 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
         if timing
         else None
     )
+    gates = gates_from_journal(runner.run_dir / "probes.jsonl")
+    telemetry: dict[str, Any] = {"engines": runner.engines.summary()} if runner.engines else {}
+    watch = runner.threshold_watch
+    final_thresholds = evaluate(
+        watch.thresholds, metrics_from_record(load, telemetry), record_source(load)
+    )
+    final_thresholds = [  # keep the first live breach beside the final state
+        f.model_copy(update={"first_breach_s": live.first_breach_s})
+        for f, live in zip(final_thresholds, watch.states or final_thresholds, strict=True)
+    ]
     health = client_health(runner)
     status, reasons = decide(
         Findings(
@@ -118,6 +155,10 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
             health=health,
             max_failures=cfg.max_failures,
             max_loop_lag_s=cfg.max_loop_lag_s,
+            gates=gates,
+            gates_configured=list(cfg.gates),
+            before_blocked=runner.before_blocked,
+            force_load=cfg.force_load,
             extra=[
                 Reason(
                     code="internal_error",
@@ -125,7 +166,8 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
                     message=f"soaktop itself failed ({msg}); see runner.log",
                 )
                 for msg in runner.internal_errors
-            ],
+            ]
+            + threshold_reasons(final_thresholds, watch.states, runner.threshold_abort),
         )
     )
     runner.enter("done", f"verdict {status.value}")
@@ -139,11 +181,6 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     runner.write_snapshot(status=status.value, reasons=reasons)
     for writer in (runner.events.writer, runner.requests, runner.snapshots, runner.telemetry):
         writer.close()
-    files = {
-        name: sha256_file(runner.run_dir / name)
-        for name in HASHED_FILES
-        if (runner.run_dir / name).exists()
-    }
     record = RunRecord(
         run_id=runner.run_id,
         status=status,
@@ -152,17 +189,15 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
         config=cfg.public_dict(),
         identity=build_identity(runner),
         load=load,
-        telemetry={"engines": runner.engines.summary()} if runner.engines else {},
-        reconciliation=(
-            reconcile(runner.counters_before, runner.counters_after, load)
-            if load is not None and load.barrier_released
-            else {}
-        ),
+        gates={p: {k: g.model_dump(mode="json") for k, g in su.items()} for p, su in gates.items()},
+        thresholds=[t.model_dump(mode="json") for t in final_thresholds],
+        telemetry=telemetry,
+        reconciliation=_reconciliation(runner, load),
         client_health=health,
         phases=runner.phases,
         started_at=runner.started_at,
         ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
-        files=files,
+        files=run_files(runner.run_dir),
     )
     write_record(runner.run_dir, record)
     write_atomic(runner.run_dir / "summary.csv", summary_csv(record))

@@ -43,13 +43,28 @@ def status_line(snap: dict[str, Any]) -> str:
     ttft, e2e = cum.get("ttft_s") or {}, cum.get("e2e_s") or {}
     tok_win = _f(win.get("output_tokens_per_s"), "{:.0f}")
     tok_cum = _f(cum.get("output_tokens_per_s"), "{:.0f}")
+    gates = gate_text(snap.get("gates") or {})
     return (
-        f"[{where}] done {load['completed']} fail {fail_txt} | "
+        (f"[{where}] gates {gates} | " if phase.endswith("_gates") else f"[{where}] ")
+        + f"done {load['completed']} fail {fail_txt} | "
         f"in-flight {load['in_flight']}/{load['workers_started']} of "
         f"{load['requested_concurrency']} | out tok/s {tok_win} win {tok_cum} cum | "
         f"TTFT p50 {_f(ttft.get('p50'))} p99 {_f(ttft.get('p99'))} s | "
         f"E2E p50 {_f(e2e.get('p50'))} p99 {_f(e2e.get('p99'))} s"
     )
+
+
+def gate_text(gates: dict[str, Any]) -> str:
+    """``before json 24/24 tools 8/8; after json 3/24…`` (done so far when unfinished)."""
+    parts = []
+    for phase, suites in gates.items():
+        counts = []
+        for name, g in suites.items():
+            done, total = g.get("done", g["total"]), g["total"]
+            frac = f"{g['passed']}/{total}" + ("" if done >= total else f" ({done} done)")
+            counts.append(f"{name} {frac}")
+        parts.append(f"{phase} " + " ".join(counts))
+    return "; ".join(parts) or "none"
 
 
 def final_report(rec: RunRecord, run_dir: Path) -> str:
@@ -67,6 +82,21 @@ def final_report(rec: RunRecord, run_dir: Path) -> str:
             f"P99 TTFT {_f(ld.ttft_s.p99)} s, P99 E2E {_f(ld.e2e_s.p99)} s "
             f"({ld.ttft_s.method})"
         )
+    if rec.gates:
+        out.append(
+            "  gates: "
+            + "; ".join(
+                f"{phase} " + ", ".join(f"{s} {g['passed']}/{g['total']}" for s, g in su.items())
+                for phase, su in rec.gates.items()
+            )
+        )
+    for t in rec.thresholds:
+        out.append(f"  threshold {t['condition']}: {t['state']} (observed {t['observed']})")
+    if evidence := sorted(p for p in rec.files if p.startswith("evidence/")):
+        shown = ", ".join(evidence[:5]) + (
+            f" +{len(evidence) - 5} more" if len(evidence) > 5 else ""
+        )
+        out.append(f"  probe evidence ({len(evidence)} files): {shown}")
     out.append(f"  record: {run_dir / 'record.json'}")
     return "\n".join(out)
 
@@ -139,7 +169,7 @@ def follow(
     return EXIT_CODES[Status.ABORTED]
 
 
-_SHOWN_EVENTS = frozenset({"phase", "barrier", "control", "mark", "fault"})
+_SHOWN_EVENTS = frozenset({"phase", "barrier", "control", "mark", "fault", "gate", "threshold"})
 EXIT_DETACHED = 128 + signal.SIGHUP
 
 

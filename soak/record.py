@@ -180,11 +180,16 @@ class RunRecord(BaseModel):
     identity: Identity | None = None
     load: LoadSummary | None = None
     gates: dict[str, Any] = Field(default_factory=dict)
-    """``gates.<phase>.<suite>`` = {passed, total, failures} (contract-gates layer)."""
+    """``gates.<phase>.<suite>`` = {passed, total, failures, ...} (``probes.gates.SuiteGate``),
+    phases before, canary, after; recomputed from ``probes.jsonl``."""
+    thresholds: list[dict[str, Any]] = Field(default_factory=list)
+    """Each threshold's final state from the record's exact figures
+    (``soak.thresholds.ThresholdState``), with its first live breach."""
     telemetry: dict[str, Any] = Field(default_factory=dict)
     """Per-source summaries (GPU, engine, host) from the telemetry layer."""
     reconciliation: dict[str, Any] = Field(default_factory=dict)
-    """Client vs server counter deltas over the load window (``soak.reconcile``)."""
+    """Client vs server counter deltas per window (``before``, ``load``, ``after``) and
+    ``matched`` over all of them (``soak.reconcile``)."""
     client_health: ClientHealth = Field(default_factory=ClientHealth)
     phases: list[PhaseSpan] = Field(default_factory=list)
     started_at: str

@@ -1,8 +1,9 @@
 """``soaktop recover RUN_DIR``: a record for a run whose runner died without one.
 
-Rebuilds the timing from ``events.jsonl`` (phase and barrier events) and the load summary
-from ``requests.jsonl`` (a torn last line is ignored), marks the run ABORTED with the
-reason "runner killed", and never edits the journals: their hashes go into the record.
+Rebuilds the timing from ``events.jsonl`` (phase and barrier events), the load summary
+from ``requests.jsonl`` and the gates from ``probes.jsonl`` (a torn last line is
+ignored), marks the run ABORTED with the reason "runner killed", and never edits the
+journals: their hashes go into the record.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 import orjson
 import psutil
 
-from soak.finalize import HASHED_FILES
-from soak.journal import read_jsonl, sha256_file
+from soak.finalize import run_files
+from soak.gate_session import gates_from_journal
+from soak.journal import read_jsonl
 from soak.record import (
     EXIT_CODES,
     Identity,
@@ -55,7 +57,7 @@ def _timing_from_events(run_dir: Path, config: dict) -> tuple[LoadTiming | None,
     starts = {p.name: p.start_s for p in phases}
     issue_start = starts.get("load")
     issue_end = starts.get("drain", last_t if issue_start is not None else None)
-    drain_end = starts.get("finalize", last_t)
+    drain_end = starts.get("after_gates", starts.get("finalize", last_t))
     return (
         LoadTiming(
             requested_concurrency=int(barrier.get("requested", config.get("concurrency", 0))),
@@ -117,18 +119,19 @@ def recover_run(run_dir: Path) -> RunRecord:
                 message=f"{lost} requests were in flight when the runner died: outcome unknown",
             )
         )
+    gates = gates_from_journal(run_dir / "probes.jsonl")
     status, reasons = decide(
         Findings(
             load=load,
             aborted="runner killed: no record was written; recovered from the journals",
             max_failures=int(config.get("max_failures", 0)),
+            gates=gates,
             extra=notes,
         )
     )
     identity = None
     if (run_dir / "identity.json").exists():
         identity = Identity.model_validate_json((run_dir / "identity.json").read_bytes())
-    files = {n: sha256_file(run_dir / n) for n in HASHED_FILES if (run_dir / n).exists()}
     record = RunRecord(
         run_id=run_dir.name,
         status=status,
@@ -137,11 +140,12 @@ def recover_run(run_dir: Path) -> RunRecord:
         config=config,
         identity=identity,
         load=load,
+        gates={p: {k: g.model_dump(mode="json") for k, g in su.items()} for p, su in gates.items()},
         phases=phases,
         started_at=_first_wall(run_dir) or "",
         ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         recovered=True,
-        files=files,
+        files=run_files(run_dir),
     )
     write_record(run_dir, record)
     write_atomic(run_dir / "summary.csv", summary_csv(record))

@@ -27,12 +27,16 @@ from loadgen.live import LiveLoadStats
 from loadgen.prompts import BodyBuilder, PromptPool, PromptPoolError, load_file, synthetic
 from loadgen.workers import LoadGenerator, LoadPlan
 from probes.engine_metrics import EngineSample
+from probes.gates import GatePlan
 from probes.host import LoopLagMonitor, ProcessSampler, raise_fd_limit
+from probes.probe import ProbeOptions
+from probes.suite import load_suites
 from soak.config import RunConfig
 from soak.control import ControlReader
 from soak.engine_watch import EngineWatch
 from soak.events import EventLog
 from soak.finalize import build_identity, finalize_run
+from soak.gate_session import GateSession
 from soak.identity import count_tokens, probe_all
 from soak.journal import JsonlWriter, request_line
 from soak.record import EXIT_USAGE, EndpointIdentity, PhaseSpan, write_atomic
@@ -40,6 +44,7 @@ from soak.redact import Redactor
 from soak.runid import create_run_dir, make_run_id
 from soak.snapshot import ClientView, LoadView, Snapshot
 from soak.summary import LoadTiming
+from soak.thresholds import Threshold, ThresholdWatch, metrics_from_snapshot, parse_thresholds
 
 FAILURE_EVENTS_PER_CLASS = 20
 """Individual failure events per class; beyond it failures are aggregated per tick."""
@@ -86,6 +91,16 @@ class Runner:
         self.engines: EngineWatch | None = None
         self.counters_before: list[EngineSample] | None = None
         self.counters_after: list[EngineSample] | None = None
+        self.gates: GateSession | None = None
+        self.gate_counters: dict[str, tuple[list[EngineSample], list[EngineSample]]] = {}
+        """Engine counters at the start and end of each gate phase (reconciliation)."""
+        self.before_blocked = False
+        self.hard_stop = False
+        self._gate_task: asyncio.Task[object] | None = None
+        self._canary_stop = asyncio.Event()
+        self.threshold_watch = ThresholdWatch(parse_thresholds(config.thresholds))
+        self.threshold_abort: Threshold | None = None
+        """The abort_on_fail threshold that stopped the load early, if one did."""
         self.live = LiveLoadStats(config.window_s)
         self.lag = LoopLagMonitor()
         self.sampler = ProcessSampler()
@@ -152,6 +167,11 @@ class Runner:
         if self.stop_asked is None:
             self.stop_asked = f"{why} during {self.phase} at {self.now_s():.1f} s"
         self.events.emit("control", f"{'abort' if hard else 'stop'} asked: {why}", "warning")
+        self._canary_stop.set()
+        if hard:
+            self.hard_stop = True
+            if self._gate_task is not None:
+                self._gate_task.cancel()
         if self.gen is not None:
             if hard:
                 self.gen.abort()
@@ -239,13 +259,44 @@ class Runner:
             phase_elapsed_s=now - self.phases[-1].start_s,
             load=self._load_view(now),
             client=self._client_view(),
+            gates=self.gates.view() if self.gates else {},
             telemetry={"engines": self.engines.view()} if self.engines else {},
             events=self.events.take_pending(),
             status=status,
             reasons=reasons or [],
         )
+        if self.threshold_watch.thresholds:
+            snap.thresholds = self._thresholds_now(snap)
         self._seq += 1
         self.snapshots.write_raw(orjson.dumps(snap.model_dump(mode="json")))
+
+    def _thresholds_now(self, snap: Snapshot) -> list[dict[str, object]]:
+        """Live threshold states (kept from the last load tick outside the load); an
+        abort_on_fail breach past its grace stops issuing — a FAILED run, not ABORTED."""
+        watch = self.threshold_watch
+        if snap.phase in ("load", "drain") or not watch.states:
+            elapsed = snap.load.issue_elapsed_s if snap.phase in ("load", "drain") else None
+            before = {s.expr for s in watch.states if s.state == "breached"}
+            for st in watch.update(metrics_from_snapshot(snap), snap.t, elapsed):
+                if st.state == "breached" and st.expr not in before:
+                    self.events.emit(
+                        "threshold",
+                        f"threshold {st.condition} breached live: observed {st.observed}",
+                        "warning",
+                        expr=st.expr,
+                    )
+        due = watch.abort_due() if snap.phase == "load" else None
+        if due is not None and self.threshold_abort is None and self.gen is not None:
+            self.threshold_abort = due
+            self.events.emit(
+                "threshold",
+                f"threshold {due.condition} breached past its grace: stopping the load "
+                "(abort_on_fail)",
+                "error",
+                expr=due.expr,
+            )
+            self.gen.stop_issuing(f"threshold {due.condition} breached (abort_on_fail)")
+        return [s.model_dump(mode="json") for s in watch.states]
 
     async def _ticker(self) -> None:
         while True:
@@ -326,7 +377,21 @@ class Runner:
                     scrub=self.redactor.obj,
                 )
                 self.engines.start()
-                await self._load(headers)
+                if self.config.gates:
+                    self.gates = self._gate_session(headers)
+                    await self._gate_phase("before")
+                    if self.gates.failed("before") and not self.config.force_load:
+                        self.before_blocked = True
+                        self.events.emit(
+                            "gate",
+                            "before-load gates failed: no load will run "
+                            "(--force-load soaks anyway)",
+                            "error",
+                        )
+                if not self.before_blocked and self.stop_asked is None:
+                    await self._load(headers)
+                    if self.gates is not None and not self.hard_stop:
+                        await self._gate_phase("after")
         except Exception as e:  # a bug or an unexpected answer must still end in a record
             traceback.print_exc()  # into runner.log
             self.internal_errors.append(f"{type(e).__name__}: {e}"[:300])
@@ -338,7 +403,62 @@ class Runner:
             self.lag.stop()
             if self.engines is not None:
                 await self.engines.stop()
+            if self.gates is not None:
+                await self.gates.aclose()
         return finalize_run(self, self.load_timing())
+
+    # -- contract gates --------------------------------------------------------------------
+
+    def _gate_session(self, headers: dict[str, str]) -> GateSession:
+        cfg = self.config
+        plan = GatePlan(
+            run_id=self.run_id,
+            endpoints=list(cfg.endpoints),
+            suites=load_suites(cfg.gates, cfg.suite_files),
+            origin_ns=self.origin_ns,
+            concurrency=cfg.probe_concurrency,
+            retries=cfg.probe_retries,
+        )
+        lens = [
+            int(m["max_model_len"])
+            for ep in self.endpoints
+            for m in ep.models
+            if m.get("id") == cfg.model and m.get("max_model_len")
+        ]
+        options = ProbeOptions(
+            model=cfg.model,
+            check_expected=cfg.probe_expected,
+            timeout_s=cfg.probe_timeout_s,
+            max_model_len=min(lens) if lens else None,
+        )
+        return GateSession(
+            run_dir=self.run_dir,
+            plan=plan,
+            options=options,
+            headers=headers,
+            events=self.events,
+            redactor=self.redactor,
+            server_logs=list(cfg.server_log),
+            evidence_all=cfg.probe_evidence == "all",
+        )
+
+    async def _gate_phase(self, phase: str) -> None:
+        """One before/after gate phase, with the engine counters around it."""
+        assert self.gates is not None
+        self.enter(f"{phase}_gates", f"{phase}-load contract gates: {', '.join(self.config.gates)}")
+        start = await self.engines.scrape_all() if self.engines else None
+        self._gate_task = asyncio.create_task(self.gates.run(phase))
+        try:
+            await self._gate_task
+        except asyncio.CancelledError:
+            if not self.hard_stop:
+                raise
+            self.events.emit("gate", f"{phase}-load gates cut short by an abort", "warning")
+            return
+        finally:
+            self._gate_task = None
+        if self.engines is not None and start is not None:
+            self.gate_counters[phase] = (start, await self.engines.settled_counters())
 
     async def _load(self, headers: dict[str, str]) -> None:
         cfg = self.config
@@ -371,7 +491,7 @@ class Runner:
             headers=headers,
         ) as client:
             gen = LoadGenerator(plan, client, self.pool, bodies, self.on_result)
-            gen.on_issue_end = lambda: self.enter("drain", "issue window closed; draining")
+            gen.on_issue_end = self._on_issue_end
             self.gen = gen
             t_barrier = time.perf_counter_ns()
             all_started = await gen.start_workers()
@@ -392,12 +512,28 @@ class Runner:
                     self.engines.tracking = True
                 self.lag.take_interval(keep=False)  # barrier start-up lag is not load lag
                 self.enter("load", f"barrier released: issuing for {cfg.duration_s} s")
+                canary = None
+                if self.gates is not None and cfg.canary_interval_s:
+                    canary = asyncio.create_task(
+                        self.gates.canary_loop(
+                            cfg.canary_interval_s, cfg.canary_tasks, self._canary_stop
+                        )
+                    )
                 await gen.run()
+                if canary is not None:  # a round in flight finishes: its requests count
+                    self._canary_stop.set()
+                    if self.hard_stop:
+                        canary.cancel()
+                    await asyncio.gather(canary, return_exceptions=True)
                 if self.engines is not None:
                     self.engines.tracking = False
                     self.counters_after = await self.engines.settled_counters()
             else:
                 await gen.cancel_unstarted()
+
+    def _on_issue_end(self) -> None:
+        self._canary_stop.set()  # no canary round starts during the drain
+        self.enter("drain", "issue window closed; draining")
 
     def load_timing(self) -> LoadTiming | None:
         """The load's timing from the generator's state (None if no worker was started)."""

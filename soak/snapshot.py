@@ -69,6 +69,10 @@ class Snapshot(BaseModel):
     load: LoadView
     client: ClientView
     gates: dict[str, Any] = Field(default_factory=dict)
+    """``{phase: {suite: {passed, total, done, failed, rounds}}}`` so far."""
+    thresholds: list[dict[str, Any]] = Field(default_factory=list)
+    """Each threshold's live state (``soak.thresholds.ThresholdState``): ok, breached or
+    no_data, from the live histograms."""
     telemetry: dict[str, Any] = Field(default_factory=dict)
     events: list[Event] = Field(default_factory=list)
     """Events since the previous snapshot."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from probes.gates import PHASE_WORDS, GateFailure, SuiteGate
 from soak.record import ClientHealth, LoadSummary, Reason, Status
 
 _PRECEDENCE = (
@@ -29,8 +30,15 @@ class Findings:
     health: ClientHealth | None = None
     max_failures: int = 0
     max_loop_lag_s: float = 0.5
+    gates: dict[str, dict[str, SuiteGate]] = field(default_factory=dict)
+    """``{phase: {suite: SuiteGate}}`` from probes.jsonl."""
+    gates_configured: list[str] = field(default_factory=list)
+    """Suites the run was asked to gate on (empty: no gates)."""
+    before_blocked: bool = False
+    """The before-load gates failed, so no load was run."""
+    force_load: bool = False
     extra: list[Reason] = field(default_factory=list)
-    """Reasons from later layers (gates, thresholds, faults)."""
+    """Reasons from later layers (thresholds, faults)."""
 
 
 def _load_reasons(f: Findings) -> list[Reason]:
@@ -59,6 +67,14 @@ def _load_reasons(f: Findings) -> list[Reason]:
                 code="load_failures",
                 effect="failed",
                 message=f"{load.failed} of {load.issued} load requests failed: {by}{allowed}",
+            )
+        )
+    if load.failed == 0 and load.completed > 0:
+        out.append(
+            Reason(
+                code="load_clean",
+                effect="note",
+                message=f"load: 0 failures in {load.issued:,} requests",
             )
         )
     if load.completed == 0 and load.failed == 0 and f.aborted is None:
@@ -137,6 +153,71 @@ def _load_reasons(f: Findings) -> list[Reason]:
     return out
 
 
+FAILURES_SHOWN = 3
+"""Failed probes named in one gate reason; the rest are counted."""
+
+
+def _describe_failure(g: GateFailure) -> str:
+    when = f" round {g.round} at {g.t_s:.0f} s" if g.round is not None else ""
+    return f"{g.label}{when} {g.reason} ({g.outcome})"
+
+
+def gate_reasons(f: Findings) -> list[Reason]:
+    """One reason per failed suite and phase, e.g. ``after-load json 23/24: json#7
+    (invoice) HTTP 500: ... (availability)``; notes for retries and skipped phases."""
+    out: list[Reason] = []
+    for phase in ("before", "canary", "after"):
+        for suite, g in f.gates.get(phase, {}).items():
+            if g.failures:
+                shown = "; ".join(_describe_failure(x) for x in g.failures[:FAILURES_SHOWN])
+                more = len(g.failures) - FAILURES_SHOWN
+                tail = f"; +{more} more (probes.jsonl)" if more > 0 else ""
+                out.append(
+                    Reason(
+                        code="gate_failed",
+                        effect="failed",
+                        message=f"{PHASE_WORDS[phase]} {suite} {g.passed}/{g.total}: {shown}{tail}",
+                    )
+                )
+            for x in g.passed_on_retry:
+                out.append(
+                    Reason(
+                        code="gate_passed_on_retry",
+                        effect="note",
+                        message=f"{PHASE_WORDS[phase]} {x.label} passed only after "
+                        f"{x.attempts - 1} retries; first attempt: {x.reason} ({x.outcome})",
+                    )
+                )
+    if f.before_blocked:
+        out.append(
+            Reason(
+                code="before_gates_failed",
+                effect="failed",
+                message="the before-load gates failed, so no load was run "
+                "(--force-load soaks anyway)",
+            )
+        )
+    elif f.force_load and any(g.failures for g in f.gates.get("before", {}).values()):
+        out.append(
+            Reason(
+                code="force_load",
+                effect="note",
+                message="the load ran despite failed before-load gates (--force-load)",
+            )
+        )
+    if f.gates_configured and not f.preflight_errors:
+        for phase in ("before", "after"):
+            if phase not in f.gates and not (phase == "after" and f.before_blocked):
+                out.append(
+                    Reason(
+                        code="gates_not_run",
+                        effect="note",
+                        message=f"the {PHASE_WORDS[phase]} gates did not run",
+                    )
+                )
+    return out
+
+
 def _health_reasons(f: Findings) -> list[Reason]:
     h = f.health
     if h is None or h.loop_lag_p99_s is None or h.loop_lag_p99_s <= f.max_loop_lag_s:
@@ -158,7 +239,7 @@ def decide(f: Findings) -> tuple[Status, list[Reason]]:
     reasons = [Reason(code="preflight", effect="failed", message=m) for m in f.preflight_errors]
     if f.aborted is not None:
         reasons.append(Reason(code="aborted", effect="aborted", message=f.aborted))
-    reasons += _load_reasons(f) + _health_reasons(f) + f.extra
+    reasons += _load_reasons(f) + gate_reasons(f) + _health_reasons(f) + f.extra
     order = {"aborted": 0, "invalid": 1, "failed": 2, "note": 3}
     reasons.sort(key=lambda r: order[r.effect])
     return status_of(reasons), reasons

@@ -1,7 +1,8 @@
 """``soaktop verify RUN_DIR``: does the record agree with the journals it was made from?
 
-Checks each journal's sha256 against ``record.files`` and recomputes the load summary
-from ``requests.jsonl`` with the same function the runner used. Exit 0 when everything
+Checks each journal's and evidence file's sha256 against ``record.files``, recomputes the
+load summary from ``requests.jsonl`` and the gates from ``probes.jsonl`` with the same
+functions the runner used, and the verdict reasons that follow from them. Exit 0 when everything
 agrees, 1 with the list of differences otherwise.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from soak.finalize import HASHED_FILES
+from soak.gate_session import gates_from_journal
 from soak.journal import read_jsonl, sha256_file
 from soak.record import EXIT_CODES, LoadSummary, RunRecord, Status, load_record
 from soak.summary import LoadTiming, summarize_load
@@ -57,9 +59,18 @@ def verify_run(run_dir: Path) -> list[str]:
             run_dir / "requests.jsonl", LoadTiming.from_summary(rec.load), method
         )
         _diff("load", rec.load.model_dump(mode="json"), again.model_dump(mode="json"), problems)
-        _check_verdict(rec, again, problems)
+        _check_verdict(run_dir, rec, again, problems)
     elif any(True for _ in read_jsonl(run_dir / "requests.jsonl")):
         problems.append("requests.jsonl holds requests but the record has no load summary")
+    gates = {
+        p: {k: g.model_dump(mode="json") for k, g in su.items()}
+        for p, su in gates_from_journal(run_dir / "probes.jsonl").items()
+    }
+    _diff("gates", rec.gates, gates, problems)
+    for evidence in sorted((run_dir / "evidence").glob("*.json")):
+        rel = str(evidence.relative_to(run_dir))
+        if rel not in rec.files:
+            problems.append(f"{rel} is in the run directory but the record holds no hash of it")
     implied = status_of(rec.reasons)
     if rec.status is not implied:
         problems.append(f"status: record {rec.status.value}, its reasons imply {implied.value}")
@@ -82,10 +93,13 @@ _DERIVED = {
     "worker_errors",
     "counters_inconsistent",
     "client_overloaded",
+    "load_clean",
+    "gate_failed",
+    "gate_passed_on_retry",
 }
 
 
-def _check_verdict(rec: RunRecord, again: LoadSummary, problems: list[str]) -> None:
+def _check_verdict(run_dir: Path, rec: RunRecord, again: LoadSummary, problems: list[str]) -> None:
     _, reasons = decide(
         Findings(
             load=again,
@@ -93,6 +107,7 @@ def _check_verdict(rec: RunRecord, again: LoadSummary, problems: list[str]) -> N
             health=rec.client_health,
             max_failures=int(rec.config.get("max_failures", 0)),
             max_loop_lag_s=float(rec.config.get("max_loop_lag_s", 0.5)),
+            gates=gates_from_journal(run_dir / "probes.jsonl"),
         )
     )
     want = {r.code for r in reasons} & _DERIVED

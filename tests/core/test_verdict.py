@@ -13,8 +13,11 @@ def load(**kw) -> LoadSummary:
     return LoadSummary(**merged)
 
 
-def test_clean_run_passes():
-    assert decide(Findings(load=load())) == (Status.PASSED, [])
+def test_clean_run_passes_and_says_how_many_requests_were_clean():
+    status, reasons = decide(Findings(load=load()))
+    assert status is Status.PASSED
+    assert [(r.code, r.effect) for r in reasons] == [("load_clean", "note")]
+    assert reasons[0].message == f"load: 0 failures in {load().issued:,} requests"
 
 
 def test_one_load_failure_fails_and_says_which_class():

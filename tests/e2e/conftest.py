@@ -49,10 +49,16 @@ def run_soaktop(*args: str, timeout: float = 120) -> tuple[int, str]:
 
 
 def run_args(sim: SimHandle, out: Path, *extra: str) -> list[str]:
-    """``run`` against the simulated engine, headless, into ``out``."""
+    """``run`` against the simulated engine, headless, into ``out``.
+
+    Without ``--gates``/``--suite`` in ``extra`` the run has no contract gates: the load
+    tests stay short; the gate tests name their suites.
+    """
     args = ["run", "--model", sim.model, "--out", str(out), "--headless", "--interval", "1"]
     for url in sim.urls:
         args += ["--endpoint", url]
+    if not {"--gates", "--suite", "--no-gates"} & set(extra):
+        args.append("--no-gates")
     return args + list(extra)
 
 

@@ -14,13 +14,24 @@ pytestmark = pytest.mark.e2e
 
 def test_demo_headless_20s_passes_with_a_complete_record(tmp_path):
     rc, out = run_soaktop(
-        "demo", "--headless", "--duration", "20", "--out", str(tmp_path), timeout=150
+        "demo", "--headless", "--duration", "20", "--out", str(tmp_path), timeout=200
     )
     assert rc == 0, out
     run_dir = only_run_dir(tmp_path)
     rec = record(run_dir)
     load = rec["load"]
-    assert rec["status"] == "PASSED" and rec["reasons"] == []
+    assert rec["status"] == "PASSED"
+    assert [r["message"] for r in rec["reasons"]] == [
+        f"load: 0 failures in {load['issued']:,} requests"
+    ]
+    # the seed's gate table: json 24/24 and tools 8/8, before and after the load
+    for phase in ("before", "after"):
+        gates = rec["gates"][phase]
+        assert (gates["json"]["passed"], gates["json"]["total"]) == (24, 24), gates
+        assert (gates["tools"]["passed"], gates["tools"]["total"]) == (8, 8), gates
+        assert rec["reconciliation"][phase]["matched"] is True, rec["reconciliation"][phase]
+    assert "gates: before json 24/24, tools 8/8; after json 24/24, tools 8/8" in out
+    assert not (run_dir / "evidence").exists()
     assert load["workers_started"] == load["requested_concurrency"] == 32
     assert load["barrier_released"] is True
     ok_lines = [r for r in journal(run_dir) if r["ok"]]

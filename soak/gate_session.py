@@ -1,0 +1,219 @@
+"""The runner's contract gates: before, canary and after phases into the run directory.
+
+Every probe attempt becomes a line of ``probes.jsonl`` (the record's gates are computed
+from it, so ``soaktop verify`` can recompute them) and an event; every failed attempt
+(every attempt, with ``probe_evidence = all``) also writes
+``evidence/<phase>-<suite>-<n>.json``: the full request, the response (or
+the partial stream), the reason and, when a server log is configured, its tail at that
+moment with the lines that name the request id marked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from probes.gates import PHASE_WORDS, GatePlan, GateRunner, SuiteGate, summarize
+from probes.probe import Exchange, ProbeOptions, ProbeResult, ProbeSender
+from probes.suite import Suite
+from soak.events import EventLog
+from soak.journal import JsonlWriter, read_jsonl
+from soak.record import write_atomic
+from soak.redact import Redactor
+
+LOG_TAIL_BYTES = 64 * 1024
+LOG_TAIL_LINES = 200
+
+
+def server_log_excerpt(path: Path, request_id: str) -> dict[str, Any]:
+    """The last lines of a server log (lines naming ``request_id`` listed apart)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - LOG_TAIL_BYTES))
+            data = fh.read()
+    except OSError as e:
+        return {"path": str(path), "error": f"cannot read: {e.strerror}"}
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if size > LOG_TAIL_BYTES:
+        lines = lines[1:]  # the first line is probably cut
+    tail = lines[-LOG_TAIL_LINES:]
+    return {
+        "path": str(path),
+        "tail": tail,
+        "matching_request_id": [ln for ln in lines if request_id in ln],
+    }
+
+
+def evidence_name(r: ProbeResult) -> str:
+    """``evidence/after-json-7.json`` (canary ``-round3``, retry ``-r1``)."""
+    name = f"{r.phase}-{r.suite}-{r.index}"
+    if r.round is not None:
+        name += f"-round{r.round}"
+    if r.attempt:
+        name += f"-r{r.attempt}"
+    return f"evidence/{name}.json"
+
+
+class GateSession:
+    """Runs gate phases for a runner and keeps their results."""
+
+    def __init__(
+        self,
+        *,
+        run_dir: Path,
+        plan: GatePlan,
+        options: ProbeOptions,
+        headers: dict[str, str],
+        events: EventLog,
+        redactor: Redactor,
+        server_logs: list[Path],
+        evidence_all: bool = False,
+    ) -> None:
+        self.run_dir = run_dir
+        self.plan = plan
+        self.events = events
+        self.redactor = redactor
+        self.server_logs = server_logs
+        self.evidence_all = evidence_all
+        self.journal = JsonlWriter(run_dir / "probes.jsonl")
+        self.results: list[ProbeResult] = []
+        self._client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(options.timeout_s, connect=10.0),
+            limits=httpx.Limits(max_connections=plan.concurrency + 4),
+        )
+        self.runner = GateRunner(plan, ProbeSender(self._client, options), self._on_result)
+        self.canary_rounds = 0
+        self.running: str | None = None
+
+    @property
+    def suites(self) -> dict[str, Suite]:
+        """The suites every phase runs."""
+        return self.plan.suites
+
+    def _on_result(self, r: ProbeResult, exchanges: list[Exchange]) -> None:
+        if r.outcome != "pass" or self.evidence_all:
+            r.evidence = self._write_evidence(r, exchanges)
+        line = r.model_dump(mode="json")
+        if self.redactor.enabled:
+            line = self.redactor.obj(line)
+        self.journal.write(line)
+        self.results.append(r)
+        if r.outcome != "pass":
+            self.events.emit(
+                "gate",
+                f"{PHASE_WORDS[r.phase]} {r.label}: {r.outcome} — {r.reason}",
+                "error",
+                phase=r.phase,
+                suite=r.suite,
+                index=r.index,
+                outcome=r.outcome,
+                request_id=r.request_id,
+                evidence=r.evidence,
+            )
+
+    def _write_evidence(self, r: ProbeResult, exchanges: list[Exchange]) -> str:
+        rel = evidence_name(r)
+        # One log per replica: the failed probe's own replica; otherwise every log given.
+        paths = self.server_logs
+        if len(paths) == len(self.plan.endpoints) > 1:
+            paths = [paths[r.endpoint]]
+        logs = [server_log_excerpt(p, r.request_id) for p in paths]
+        doc = {
+            "probe": r.model_dump(mode="json") | {"evidence": rel},
+            "exchanges": [e.as_evidence() for e in exchanges],
+            "server_logs": logs or "no server log configured (--server-log PATH)",
+        }
+        if self.redactor.enabled:
+            doc = self.redactor.obj(doc)
+        path = self.run_dir / rel
+        path.parent.mkdir(exist_ok=True)
+        write_atomic(path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        return rel
+
+    async def run(self, phase: str) -> dict[str, SuiteGate]:
+        """One full gate phase (``before`` or ``after``); its per-suite summary."""
+        self.running = phase
+        try:
+            results = await self.runner.run_phase(phase)
+        finally:
+            self.running = None
+        gates = summarize(results).get(phase, {})
+        self.events.emit(
+            "gate",
+            f"{PHASE_WORDS[phase]} gates: "
+            + ", ".join(f"{s} {g.passed}/{g.total}" for s, g in gates.items()),
+            "info" if all(g.passed == g.total for g in gates.values()) else "error",
+            phase=phase,
+            counts={s: [g.passed, g.total] for s, g in gates.items()},
+        )
+        return gates
+
+    async def canary_loop(self, interval_s: float, per_round: int, stop: asyncio.Event) -> None:
+        """Every ``interval_s``, a small rotating sample of each suite, until ``stop`` is set
+        (a round that has begun runs to its end: its requests are in the counters)."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), interval_s)
+                return
+            except TimeoutError:
+                pass
+            self.canary_rounds += 1
+            self.events.emit("gate", f"canary round {self.canary_rounds}", phase="canary")
+            await self.runner.run_phase("canary", per_round=per_round, round_no=self.canary_rounds)
+
+    def failed(self, phase: str) -> bool:
+        """Whether any task of ``phase`` ended without passing."""
+        gates = summarize([r for r in self.results if r.phase == phase]).get(phase, {})
+        return any(g.passed < g.total for g in gates.values())
+
+    def view(self) -> dict[str, Any]:
+        """Live gate state for the snapshot: per phase and suite, done/total/passed/failed."""
+        out: dict[str, Any] = {}
+        for phase, suites in summarize(self.results).items():
+            out[phase] = {
+                name: {
+                    "passed": g.passed,
+                    "total": len(self.suites[name].tasks) if phase != "canary" else g.total,
+                    "done": g.total,
+                    "failed": g.total - g.passed,
+                    "rounds": g.rounds,
+                }
+                for name, g in suites.items()
+            }
+        if self.running:
+            for name, suite in self.suites.items():
+                out.setdefault(self.running, {}).setdefault(
+                    name,
+                    {"passed": 0, "total": len(suite.tasks), "done": 0, "failed": 0},
+                )
+        return out
+
+    async def aclose(self) -> None:
+        """Close the HTTP client and the journal."""
+        await self._client.aclose()
+        self.journal.close()
+
+
+def gates_from_journal(path: Path) -> dict[str, dict[str, SuiteGate]]:
+    """The record's gates, recomputed from ``probes.jsonl`` (finalize, recover, verify)."""
+    return summarize([ProbeResult.model_validate(line) for line in read_jsonl(path)])
+
+
+def probe_accounting(path: Path) -> dict[str, dict[str, int]]:
+    """Client-side requests and tokens per gate phase, for counter reconciliation."""
+    out: dict[str, dict[str, int]] = {}
+    for line in read_jsonl(path):
+        acc = out.setdefault(
+            line["phase"],
+            {"requests": 0, "completed": 0, "prompt_tokens": 0, "completion_tokens": 0},
+        )
+        for k in acc:
+            acc[k] += int(line.get(k) or 0)
+    return out
