@@ -4,6 +4,12 @@ One task scrapes the endpoints one after the other and then sleeps the rest of t
 interval, so a slow scrape delays the next one instead of piling up. Each sample goes to
 ``telemetry.jsonl``; the latest values go into snapshots; the peaks during the load go
 into the record beside the client's own concurrency (two different numbers).
+
+The load's window (barrier release → end of drain) is bounded by two samples per
+endpoint: the last good one before ``tracking`` went on (the runner scrapes right at the
+barrier release) and the last good one of the load, replaced by the settled counters once
+the drain ended. Their deltas give the record the load's preemptions and the server's own
+TTFT, E2E and queue-time estimates — the same window as ``soak.reconcile``.
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ from typing import Any
 
 import httpx
 
-from probes.engine_metrics import EngineSample, scrape
+from probes.engine_metrics import EngineSample, scrape, server_latency
 from soak.journal import JsonlWriter
 
 _PEAKS = ("running", "waiting", "kv_usage")
+_SERVER_LATENCIES = {"server_ttft_s": "ttft", "server_e2e_s": "e2e", "server_queue_s": "queue"}
 
 
 class EngineWatch:
@@ -45,8 +52,28 @@ class EngineWatch:
         self.peaks: list[dict[str, float]] = [{} for _ in endpoints]
         self.scrapes = [0] * len(endpoints)
         self.errors = [0] * len(endpoints)
-        self.tracking = False
-        """Peaks are kept only while True (the load and the drain)."""
+        self._tracking = False
+        self._window_opened = False
+        self.first: list[EngineSample | None] = [None] * len(endpoints)
+        """Per endpoint, the good sample that opens the load's window."""
+        self.last: list[EngineSample | None] = [None] * len(endpoints)
+        """Per endpoint, the good sample that closes it (so far)."""
+
+    @property
+    def tracking(self) -> bool:
+        """Peaks and the window's samples are kept only while True (the load and the
+        drain). Turning it on opens the window at the latest good sample (the runner's
+        scrape at the barrier release)."""
+        return self._tracking
+
+    @tracking.setter
+    def tracking(self, on: bool) -> None:
+        if on and not self._tracking and not self._window_opened:
+            self._window_opened = True
+            for i, s in enumerate(self.latest):
+                if s is not None and s.error is None:
+                    self.first[i] = self.last[i] = s
+        self._tracking = on
 
     async def scrape_all(self) -> list[EngineSample]:
         """Scrape every endpoint now (also used for the counter snapshots)."""
@@ -65,7 +92,10 @@ class EngineWatch:
         if s.error is not None:
             self.errors[i] += 1
             return
-        if self.tracking:
+        if self._tracking:
+            if self.first[i] is None:
+                self.first[i] = s
+            self.last[i] = s
             peaks = self.peaks[i]
             for key in _PEAKS:
                 v = s.values.get(key)
@@ -97,8 +127,13 @@ class EngineWatch:
             await asyncio.sleep(pause_s)
             cur = await self.scrape_all()
             if [s.values for s in cur] == [s.values for s in prev]:
-                return cur
+                prev = cur
+                break
             prev = cur
+        if self._window_opened and not self._tracking:  # the drain is over: close the window
+            for i, s in enumerate(prev):
+                if s.error is None and self.first[i] is not None:
+                    self.last[i] = s
         return prev
 
     def view(self) -> list[dict[str, object]]:
@@ -116,19 +151,39 @@ class EngineWatch:
         return out
 
     def summary(self) -> list[dict[str, object]]:
-        """Per endpoint: engine, peaks during the load, scrape counts."""
+        """Per endpoint: engine, peaks during the load, scrape counts, and over the load's
+        window the preemptions and the server's latency estimates (None: not exported, or
+        no window)."""
         out: list[dict[str, object]] = []
         for i, s in enumerate(self.latest):
             peaks = self.peaks[i]
-            out.append(
-                {
-                    "endpoint": i,
-                    "engine": s.engine if s is not None else None,
-                    "max_running": peaks.get("running"),
-                    "max_waiting": peaks.get("waiting"),
-                    "max_kv_usage": peaks.get("kv_usage"),
-                    "scrapes": self.scrapes[i],
-                    "scrape_errors": self.errors[i],
-                }
-            )
+            first, last = self.first[i], self.last[i]
+            item: dict[str, object] = {
+                "endpoint": i,
+                "engine": s.engine if s is not None else None,
+                "max_running": peaks.get("running"),
+                "max_waiting": peaks.get("waiting"),
+                "max_kv_usage": peaks.get("kv_usage"),
+                "scrapes": self.scrapes[i],
+                "scrape_errors": self.errors[i],
+                "window_s": [first.t, last.t] if first is not None and last is not None else None,
+                "preemptions": _counter_delta(first, last, "preemptions_total"),
+            }
+            for name, key in _SERVER_LATENCIES.items():
+                item[name] = (
+                    server_latency(first, last, key)
+                    if first is not None and last is not None
+                    else None
+                )
+            out.append(item)
         return out
+
+
+def _counter_delta(first: EngineSample | None, last: EngineSample | None, key: str) -> float | None:
+    """Growth of a counter over the window; after a reset (a restart), the count since it."""
+    if first is None or last is None:
+        return None
+    b, a = first.values.get(key), last.values.get(key)
+    if b is None or a is None:
+        return None
+    return a if a < b else a - b
