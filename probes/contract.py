@@ -53,7 +53,7 @@ def parse_strict(text: str) -> Any:
         raise
     except json.JSONDecodeError as e:
         near = text[max(0, e.pos - 20) : e.pos + 20]
-        what = e.msg
+        what = e.msg.removesuffix(" at")  # "Unterminated string starting at" + our "at char"
         if "control character" in e.msg.lower() and e.pos < len(text):
             what = f"raw control character U+{ord(text[e.pos]):04X} inside a string"
         raise StrictJSONError(f"{what} at char {e.pos} (near {near!r})") from None
@@ -92,13 +92,24 @@ def _pointer_get(doc: Any, pointer: str) -> tuple[bool, Any]:
     return True, cur
 
 
+def same_json(a: Any, b: Any) -> bool:
+    """JSON equality: ``true`` is not ``1`` and ``false`` is not ``0`` (Python says they are)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
 def check_expected(value: Any, expect: dict[str, Any]) -> str | None:
     """Why ``value`` lacks an expected value (JSON pointer → value), if it does."""
     for pointer, want in expect.items():
         found, got = _pointer_get(value, pointer)
         if not found:
             return f"expected {pointer} = {want!r}, but it is missing"
-        if got != want:
+        if not same_json(got, want):
             return _shorten(f"expected {pointer} = {want!r}, got {got!r}")
     return None
 
@@ -148,7 +159,7 @@ def check_tool_calls(
         return f"arguments of {name}: {why}"
     if expect_arguments:
         for key, want in expect_arguments.items():
-            if not isinstance(args, dict) or args.get(key) != want:
+            if not isinstance(args, dict) or key not in args or not same_json(args[key], want):
                 got = args.get(key) if isinstance(args, dict) else args
                 return _shorten(f"argument {key} of {name}: expected {want!r}, got {got!r}")
     return None

@@ -144,6 +144,9 @@ class GateRunner:
         self.sink = sink
         self.done: dict[tuple[str, str], int] = {}
         """Probes finished per (phase, suite) so far: the live progress."""
+        self._sent = 0
+        """Tasks started so far; the round-robin goes on across phases and canary rounds,
+        so a one-probe canary round does not always land on the first replica."""
 
     def _request_id(self, phase: str, suite: str, index: int, rnd: int | None, k: int) -> str:
         rid = f"{self.plan.run_id}/{phase}/{suite}/{index}"
@@ -211,5 +214,6 @@ class GateRunner:
             async with sem:
                 return await self._task(phase, suite, index, task, round_no, ordinal)
 
-        done = await asyncio.gather(*(one(n, s, i, t) for n, (s, i, t) in enumerate(jobs)))
+        first, self._sent = self._sent, self._sent + len(jobs)
+        done = await asyncio.gather(*(one(first + n, s, i, t) for n, (s, i, t) in enumerate(jobs)))
         return [r for rs in done for r in rs]

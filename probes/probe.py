@@ -237,12 +237,24 @@ class ProbeSender:
     def _json_answer(self, ex: Exchange) -> dict[str, Any]:
         """The non-streamed answer's first choice message (and usage)."""
         self._raise_for(ex)
+        obj: Any = None
+        choice: Any = None
         try:
             obj = orjson.loads(ex.text)
             choice = obj["choices"][0]
             message = choice["message"]
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-            raise _Failed("availability", f"malformed response body: {ex.text[:120]!r}") from None
+            message = None
+        if not isinstance(message, dict) or not isinstance(obj.get("usage") or {}, dict):
+            raise _Failed("availability", f"malformed response body: {ex.text[:120]!r}")
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            raise _Failed("availability", f"malformed response: content is {content!r:.60}")
+        calls = message.get("tool_calls")
+        if calls is not None and not (
+            isinstance(calls, list) and all(isinstance(c, dict) for c in calls)
+        ):
+            raise _Failed("availability", f"malformed response: tool_calls is {calls!r:.60}")
         ex.usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
         return {"message": message, "finish_reason": choice.get("finish_reason")}
 
@@ -300,7 +312,14 @@ class ProbeSender:
                     f"model's max_model_len {limit}; lower context_tokens in the suite",
                 )
             msgs = _messages(task, needle_prompt(task))
-            return await self._text(suite, task, base, rid, exchanges, msgs, task.needle)
+            try:
+                return await self._text(suite, task, base, rid, exchanges, msgs, task.needle)
+            except _Failed as f:
+                # The fit check above estimates tokens; the server's count decides. A
+                # context-length refusal is the suite's size, not a server fault.
+                if f.reason.startswith("HTTP 400") and "context length" in f.reason.lower():
+                    raise _Failed("client", f"needle too long for the model: {f.reason}") from None
+                raise
         raise _Failed("client", f"unknown probe kind {kind!r}")
 
     async def _json(
@@ -349,6 +368,8 @@ class ProbeSender:
             calls, finish = ans["message"].get("tool_calls") or [], ans["finish_reason"]
         expect = task.expect_arguments if self.options.check_expected else None
         if why := check_tool_calls(calls, task.tools, task.expect_function, expect):
+            if finish == "length":
+                why = f"output cut at max_tokens (finish_reason length); {why}"
             raise _Failed("contract", why)
         return (str(finish) if finish is not None else None), calls
 

@@ -58,14 +58,48 @@ class StreamAssembly:
             return
         if isinstance(obj.get("usage"), dict):
             self.usage = obj["usage"]
-        for choice in obj.get("choices") or []:
+        choices = obj.get("choices") or []
+        if not isinstance(choices, list):
+            self._bad(f"choices is {choices!r}")
+            return
+        for choice in choices:
+            if not isinstance(choice, dict):
+                self._bad(f"a choice is {choice!r}")
+                return
             delta = choice.get("delta") or {}
-            self.content += delta.get("content") or ""
-            self.reasoning += delta.get("reasoning") or delta.get("reasoning_content") or ""
-            for tc in delta.get("tool_calls") or []:
+            if not isinstance(delta, dict):
+                self._bad(f"a delta is {delta!r}")
+                return
+            texts = [delta.get(k) for k in ("content", "reasoning", "reasoning_content")]
+            if any(t is not None and not isinstance(t, str) for t in texts):
+                self._bad(f"delta text is not a string: {delta!r}")
+                return
+            calls = delta.get("tool_calls") or []
+            if not isinstance(calls, list) or not all(_tool_delta_ok(tc) for tc in calls):
+                self._bad(f"tool_calls delta of the wrong shape: {calls!r}")
+                return
+            self.content += texts[0] or ""
+            self.reasoning += texts[1] or texts[2] or ""
+            for tc in calls:
                 self._add_tool_delta(tc)
             if choice.get("finish_reason") is not None:
-                self.finish_reason = choice["finish_reason"]
+                self.finish_reason = str(choice["finish_reason"])
+
+    def _bad(self, what: str) -> None:
+        self.malformed = self.malformed or what[:200]
+
+
+def _tool_delta_ok(tc: Any) -> bool:
+    """A tool-call delta: an object with an integer index and string name/arguments."""
+    if not isinstance(tc, dict):
+        return False
+    index = tc.get("index", 0)
+    if not isinstance(index, int) or isinstance(index, bool):
+        return False
+    fn = tc.get("function") or {}
+    return isinstance(fn, dict) and all(
+        fn.get(k) is None or isinstance(fn.get(k), str) for k in ("name", "arguments")
+    )
 
 
 def parse_sse_events(text: str) -> StreamAssembly:
