@@ -35,7 +35,12 @@ def vllm_logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
 
 
 def soak_args(srv: VllmServer, out: Path, *extra: str) -> list[str]:
-    """``soaktop run`` against ``srv``, headless, into ``out``."""
+    """``soaktop run`` against ``srv``, headless, into ``out``.
+
+    Without ``--gates``/``--suite`` in ``extra`` the run has no contract gates (the load
+    tests stay short; test_vllm_gates names its suites).
+    """
+    gates = [] if {"--gates", "--suite", "--no-gates"} & set(extra) else ["--no-gates"]
     return [
         "run",
         "--endpoint",
@@ -47,6 +52,7 @@ def soak_args(srv: VllmServer, out: Path, *extra: str) -> list[str]:
         "5",
         "--out",
         str(out),
+        *gates,
         *extra,
     ]
 
