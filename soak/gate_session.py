@@ -11,6 +11,7 @@ moment with the lines that name the request id marked.
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +44,12 @@ def server_log_excerpt(path: Path, request_id: str) -> dict[str, Any]:
     if size > LOG_TAIL_BYTES:
         lines = lines[1:]  # the first line is probably cut
     tail = lines[-LOG_TAIL_LINES:]
+    # The id itself or its steps (.call/.answer), never json/1 matching json/10 or json/1.r1.
+    own = re.compile(re.escape(request_id) + r"(?:\.(?:call|answer))?(?![\w.])")
     return {
         "path": str(path),
         "tail": tail,
-        "matching_request_id": [ln for ln in lines if request_id in ln],
+        "matching_request_id": [ln for ln in lines if own.search(ln)],
     }
 
 
@@ -130,7 +133,9 @@ class GateSession:
             "exchanges": [e.as_evidence() for e in exchanges],
             "server_logs": logs or "no server log configured (--server-log PATH)",
         }
-        if self.redactor.enabled:
+        if self.redactor.enabled:  # paths are the operator's, not part of the result
+            for log in logs:
+                log["path"] = "<redacted>"
             doc = self.redactor.obj(doc)
         path = self.run_dir / rel
         path.parent.mkdir(exist_ok=True)
