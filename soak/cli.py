@@ -53,6 +53,7 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--canary-tasks": {"type": int, "dest": "canary_tasks", "metavar": "N"},
     "--threshold": {"action": "append", "dest": "thresholds", "metavar": "EXPR"},
     "--server-log": {"type": Path, "action": "append", "dest": "server_log", "metavar": "PATH"},
+    "--server-log-cmd": {"action": "append", "dest": "server_log_cmd", "metavar": "CMD"},
 }
 
 

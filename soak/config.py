@@ -8,6 +8,7 @@ exits 2 before any run directory exists.
 from __future__ import annotations
 
 import os
+import shlex
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -117,7 +118,11 @@ class RunConfig(BaseModel):
     thresholds: list[str] = Field(default_factory=list)
     """k6-style pass/fail criteria, e.g. ttft.p99<2s, error_rate==0, e2e.p99<20s,abort."""
     server_log: list[Path] = Field(default_factory=list)
-    """Server log file(s), one per replica: excerpts go into failed probes' evidence."""
+    """Server log file(s), one per replica: followed for fault lines (CUDA errors, Xid,
+    NCCL, engine death, tracebacks), and excerpts go into failed probes' evidence."""
+    server_log_cmd: list[str] = Field(default_factory=list)
+    """Commands whose output is a server log, e.g. "docker logs -f --since 0s vllm" or
+    "journalctl -f -u vllm" (followed like server_log)."""
 
     @field_validator("endpoints")
     @classmethod
@@ -139,6 +144,18 @@ class RunConfig(BaseModel):
     @classmethod
     def _zero_is_off(cls, v: Any) -> Any:
         return None if v in (0, "0", 0.0, "") else v
+
+    @field_validator("server_log_cmd")
+    @classmethod
+    def _check_commands(cls, v: list[str]) -> list[str]:
+        for cmd in v:
+            try:
+                argv = shlex.split(cmd)
+            except ValueError as e:
+                raise ValueError(f"{cmd!r} is not a command line: {e}") from None
+            if not argv:
+                raise ValueError("an empty command; give e.g. 'docker logs -f vllm'")
+        return v
 
     @field_validator("thresholds")
     @classmethod
@@ -183,6 +200,7 @@ class RunConfig(BaseModel):
             data["api_key_env"] = "<redacted>" if data["api_key_env"] else None
             data["suite_files"] = ["<redacted>" for _ in data["suite_files"]]
             data["server_log"] = ["<redacted>" for _ in data["server_log"]]
+            data["server_log_cmd"] = ["<redacted>" for _ in data["server_log_cmd"]]
         return data
 
 
@@ -213,6 +231,7 @@ def _mask_userinfo(value: Any) -> Any:
 
 
 _LIST_FIELDS = {"endpoints", "gates", "suite_files", "server_log"}
+# server_log_cmd: one command per variable (a command holds commas and spaces).
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -222,7 +241,9 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
         raw = environ.get(f"SOAKTOP_{name.upper()}")
         if raw is None:
             continue
-        if name == "thresholds":  # an expression holds commas (",abort"): split on ";"
+        if name == "server_log_cmd":
+            out[name] = [raw]
+        elif name == "thresholds":  # an expression holds commas (",abort"): split on ";"
             out[name] = [s.strip() for s in raw.split(";") if s.strip()]
         elif name in _LIST_FIELDS:
             out[name] = [s.strip() for s in raw.split(",") if s.strip()]

@@ -16,6 +16,7 @@ import orjson
 from loadgen.stats import percentile
 from probes.host import fd_soft_limit
 from soak import __version__
+from soak.fault_watch import fault_reasons
 from soak.gate_session import gates_from_journal, probe_accounting
 from soak.journal import sha256_file
 from soak.reconcile import overall, reconcile, reconcile_gates
@@ -138,6 +139,8 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     )
     gates = gates_from_journal(runner.run_dir / "probes.jsonl")
     telemetry: dict[str, Any] = {"engines": runner.engines.summary()} if runner.engines else {}
+    if runner.faults is not None:
+        telemetry |= runner.faults.summary()
     watch = runner.threshold_watch
     final_thresholds = evaluate(
         watch.thresholds, metrics_from_record(load, telemetry), record_source(load)
@@ -167,6 +170,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
                 )
                 for msg in runner.internal_errors
             ]
+            + fault_reasons(telemetry)
             + threshold_reasons(final_thresholds, watch.states, runner.threshold_abort),
         )
     )

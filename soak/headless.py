@@ -169,7 +169,9 @@ def follow(
     return EXIT_CODES[Status.ABORTED]
 
 
-_SHOWN_EVENTS = frozenset({"phase", "barrier", "control", "mark", "fault", "gate", "threshold"})
+_SHOWN_EVENTS = frozenset(
+    {"phase", "barrier", "control", "mark", "fault", "health", "gate", "threshold"}
+)
 EXIT_DETACHED = 128 + signal.SIGHUP
 
 

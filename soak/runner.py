@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import sys
 import time
@@ -35,6 +36,7 @@ from soak.config import RunConfig
 from soak.control import ControlReader
 from soak.engine_watch import EngineWatch
 from soak.events import EventLog
+from soak.fault_watch import FaultWatch
 from soak.finalize import build_identity, finalize_run
 from soak.gate_session import GateSession
 from soak.identity import count_tokens, probe_all
@@ -92,6 +94,7 @@ class Runner:
         self.counters_before: list[EngineSample] | None = None
         self.counters_after: list[EngineSample] | None = None
         self.gates: GateSession | None = None
+        self.faults: FaultWatch | None = None
         self.gate_counters: dict[str, tuple[list[EngineSample], list[EngineSample]]] = {}
         """Engine counters at the start and end of each gate phase (reconciliation)."""
         self.before_blocked = False
@@ -260,7 +263,10 @@ class Runner:
             load=self._load_view(now),
             client=self._client_view(),
             gates=self.gates.view() if self.gates else {},
-            telemetry={"engines": self.engines.view()} if self.engines else {},
+            telemetry=(
+                ({"engines": self.engines.view()} if self.engines else {})
+                | (self.faults.view() if self.faults else {})
+            ),
             events=self.events.take_pending(),
             status=status,
             reasons=reasons or [],
@@ -377,6 +383,16 @@ class Runner:
                     scrub=self.redactor.obj,
                 )
                 self.engines.start()
+                self.faults = FaultWatch(
+                    self.config.endpoints,
+                    headers,
+                    self.events,
+                    self.now_s,
+                    self.config.snapshot_interval_s,
+                    log_files=list(self.config.server_log),
+                    log_commands=[shlex.split(c) for c in self.config.server_log_cmd],
+                )
+                await self.faults.start()
                 if self.config.gates:
                     self.gates = self._gate_session(headers)
                     await self._gate_phase("before")
@@ -403,6 +419,8 @@ class Runner:
             self.lag.stop()
             if self.engines is not None:
                 await self.engines.stop()
+            if self.faults is not None:
+                await self.faults.stop()
             if self.gates is not None:
                 await self.gates.aclose()
         return finalize_run(self, self.load_timing())

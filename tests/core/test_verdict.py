@@ -1,5 +1,6 @@
 """The verdict: strongest effect wins, every finding stays in the reasons."""
 
+from probes.gates import GateFailure, SuiteGate
 from soak.record import ClientHealth, LoadSummary, Status
 from soak.verdict import Findings, decide
 
@@ -94,3 +95,127 @@ def test_issued_that_do_not_add_up_make_the_run_invalid():
 def test_a_dead_worker_makes_the_run_invalid():
     status, reasons = decide(Findings(load=load(worker_errors={"OSError: disk full": 1})))
     assert status is Status.INVALID and "disk full" in reasons[0].message
+
+
+# -- contract gates ------------------------------------------------------------------------
+
+
+def fail(label: str, reason: str, outcome: str = "availability", **kw) -> GateFailure:
+    return GateFailure(
+        label=label,
+        outcome=outcome,  # type: ignore[arg-type]
+        reason=reason,
+        request_id=f"run/after/{label}",
+        t_s=kw.pop("t_s", 100.0),
+        wall="2026-11-30T00:00:00+00:00",
+        **kw,
+    )
+
+
+def clean_gates() -> dict[str, SuiteGate]:
+    return {"json": SuiteGate(passed=24, total=24), "tools": SuiteGate(passed=8, total=8)}
+
+
+def test_one_after_load_probe_500_fails_a_clean_run_in_the_seeds_words():
+    after = clean_gates() | {
+        "json": SuiteGate(
+            passed=23, total=24, failures=[fail("json#7 (invoice)", "HTTP 500: boom")]
+        )
+    }
+    status, reasons = decide(
+        Findings(
+            load=load(completed=64_507),
+            gates={"before": clean_gates(), "after": after},
+            gates_configured=["json", "tools"],
+        )
+    )
+    assert status is Status.FAILED
+    assert [r.message for r in reasons] == [
+        "after-load json 23/24: json#7 (invoice) HTTP 500: boom (availability)",
+        "load: 0 failures in 64,507 requests",
+    ]
+
+
+def test_failed_before_gates_without_a_load_say_why_no_load_ran():
+    before = {
+        "json": SuiteGate(
+            passed=22,
+            total=24,
+            failures=[
+                fail("json#3 (event)", "not strict JSON: raw control character", "contract"),
+                fail("json#11 (recipe)", "not strict JSON: Expecting ','", "contract"),
+            ],
+        )
+    }
+    status, reasons = decide(
+        Findings(gates={"before": before}, gates_configured=["json"], before_blocked=True)
+    )
+    assert status is Status.FAILED
+    assert [r.code for r in reasons] == ["gate_failed", "before_gates_failed"]
+    assert reasons[0].message.startswith("before-load json 22/24: json#3 (event) not strict")
+    assert "; json#11 (recipe)" in reasons[0].message and "(contract)" in reasons[0].message
+    assert "--force-load" in reasons[1].message
+
+
+def test_a_long_failure_list_is_cut_and_counted():
+    failures = [fail(f"json#{i} (t{i})", "HTTP 503") for i in range(1, 8)]
+    after = {"json": SuiteGate(passed=17, total=24, failures=failures)}
+    _, reasons = decide(Findings(load=load(), gates={"before": clean_gates(), "after": after}))
+    msg = next(r.message for r in reasons if r.code == "gate_failed")
+    assert "json#3 (t3)" in msg and "json#4 (t4)" not in msg and "+4 more" in msg
+
+
+def test_a_canary_failure_fails_the_run_and_says_when():
+    canary = {
+        "json": SuiteGate(
+            passed=5, total=6, rounds=3, failures=[fail("json#5 (x)", "HTTP 500", round=2, t_s=612)]
+        )
+    }
+    status, reasons = decide(
+        Findings(
+            load=load(), gates={"before": clean_gates(), "canary": canary, "after": clean_gates()}
+        )
+    )
+    assert status is Status.FAILED
+    assert reasons[0].message == (
+        "canary (during load) json 5/6: json#5 (x) round 2 at 612 s HTTP 500 (availability)"
+    )
+
+
+def test_a_probe_that_passed_only_on_retry_passes_with_a_note():
+    after = clean_gates() | {
+        "json": SuiteGate(
+            passed=24, total=24, passed_on_retry=[fail("json#2 (a)", "HTTP 503", attempts=2)]
+        )
+    }
+    status, reasons = decide(Findings(load=load(), gates={"before": clean_gates(), "after": after}))
+    assert status is Status.PASSED
+    retry = next(r for r in reasons if r.code == "gate_passed_on_retry")
+    assert retry.effect == "note" and "after 1 retries; first attempt: HTTP 503" in retry.message
+
+
+def test_configured_gates_that_did_not_run_are_said():
+    _, reasons = decide(
+        Findings(load=load(), gates={"before": clean_gates()}, gates_configured=["json", "tools"])
+    )
+    assert ("gates_not_run", "the after-load gates did not run") in [
+        (r.code, r.message) for r in reasons
+    ]
+
+
+def test_force_load_is_recorded_beside_the_failed_before_gate():
+    before = {"tools": SuiteGate(passed=7, total=8, failures=[fail("tools#2 (c)", "bad")])}
+    status, reasons = decide(
+        Findings(load=load(), gates={"before": before, "after": clean_gates()}, force_load=True)
+    )
+    assert status is Status.FAILED
+    assert {"gate_failed", "force_load"} <= {r.code for r in reasons}
+
+
+def test_an_abort_outranks_a_failed_gate_and_keeps_it():
+    after = {"json": SuiteGate(passed=23, total=24, failures=[fail("json#1 (a)", "HTTP 500")])}
+    status, reasons = decide(
+        Findings(load=load(), aborted="SIGINT during after_gates", gates={"after": after})
+    )
+    assert status is Status.ABORTED
+    assert [r.code for r in reasons][:2] == ["aborted", "gate_failed"]

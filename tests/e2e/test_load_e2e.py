@@ -81,6 +81,21 @@ def test_engine_death_mid_load_fails_the_run_with_classified_failures(tmp_path):
     assert "backoff" in {r["code"] for r in rec["reasons"]}
     failed = [r for r in journal(run_dir) if not r["ok"] and not r["cancelled"]]
     assert len(failed) == rec["load"]["failed"] and all(r["detail"] for r in failed)
+    # the server's side of it: its log's fatal lines and its /health going down, as
+    # fault and health events on the run's timeline, attributed to replica 1
+    events = journal(run_dir, "events.jsonl")
+    faults = [e for e in events if e["kind"] == "fault"]
+    assert {e["data"]["fault"] for e in faults} >= {"engine_dead"}, faults
+    assert all(e["data"]["replica"] == 1 for e in faults)
+    assert any("EngineCore encountered a fatal error" in e["data"]["line"] for e in faults)
+    health = [e for e in events if e["kind"] == "health"]
+    assert health and health[0]["data"]["endpoint"] == 1 and "was ok" in health[0]["message"]
+    codes = {r["code"] for r in rec["reasons"]}
+    assert {"server_fault", "health_outage"} <= codes, rec["reasons"]
+    logs = {s["replica"]: s for s in rec["telemetry"]["server_logs"]}
+    assert logs[0]["faults"] == {} and logs[1]["faults"]["engine_dead"] >= 1
+    (h0, h1) = rec["telemetry"]["health"]
+    assert h0["failures"] == 0 and h1["failures"] > 0 and h1["state"] != "ok"
 
 
 def test_a_stalled_server_fails_the_run_through_the_drain_deadline(tmp_path):

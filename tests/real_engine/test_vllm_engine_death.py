@@ -74,6 +74,8 @@ def test_engine_death(tmp_path):
                 "--max-tokens",
                 "64",
                 "--ignore-eos",
+                "--server-log",
+                str(srv.log_path),
             )
         )
         try:
@@ -108,6 +110,17 @@ def test_engine_death(tmp_path):
     assert_reasons_match_journal(rec, lines)
     assert rec["status"] == "FAILED" and rc == EXIT["FAILED"], (rc, rec["reasons"], text[-2000:])
     assert rec["reasons"][0]["code"] == "load_failures", rec["reasons"]
+    # soaktop saw it from the server's side too: the log's fatal lines as fault events and
+    # /health going from ok to refused, on the same timeline as the failed requests
+    events = journal(run_dir, "events.jsonl")
+    faults = [e for e in events if e["kind"] == "fault"]
+    kinds = {e["data"]["fault"] for e in faults}
+    assert kinds & {"engine_dead", "engine_error"}, [e["message"] for e in faults]
+    assert any(FATAL.search(e["data"]["line"]) for e in faults), faults
+    health = [e for e in events if e["kind"] == "health"]
+    assert health and "(was ok)" in health[0]["message"], health
+    codes = {r["code"] for r in rec["reasons"]}
+    assert {"server_fault", "health_outage"} <= codes, rec["reasons"]
     assert load["completed"] > 0  # the soak ran before the engine died
     by_class = load["failures_by_class"]
     assert by_class and set(by_class) <= DEATH_CLASSES, by_class

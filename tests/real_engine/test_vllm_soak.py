@@ -57,7 +57,7 @@ def test_short_soak(vllm_logged, tmp_path, workers):
     # The server's counters grew by exactly what the client's journal holds.
     recon = rec["reconciliation"]
     assert recon["matched"] is True, recon
-    assert recon["server"]["generation_tokens"] == MAX_TOKENS * len(ok)
+    assert recon["load"]["server"]["generation_tokens"] == MAX_TOKENS * len(ok)
     engine = rec["telemetry"]["engines"][0]
     assert engine["engine"] == "vllm" and 0 < engine["max_running"] <= workers
 
