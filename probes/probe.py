@@ -1,18 +1,23 @@
 """One probe: send a suite task's request(s), judge the answer, classify the outcome.
 
 Outcomes (DESIGN.md §5): ``pass``; ``contract`` — the server answered but broke the
-contract (bad JSON, schema mismatch, wrong tool, or it refused the request with a 400);
-``availability`` — the server did not answer properly (5xx, 429, timeout, connection
-refused, a cut stream, an error event inside a 200 stream, a garbled response);
-``client`` — soaktop or its configuration (401/403/404, a bug building the request).
+contract (bad JSON, schema mismatch, wrong tool, or it refused the request with a 400 —
+except a prompt too long for the model's context, which is the suite's size);
+``availability`` — the server did not answer properly (5xx, 429, no complete answer
+within the probe timeout, connection refused, a cut stream, an error event inside a 200
+stream, a garbled or undecodable response); ``client`` — soaktop or its configuration
+(401/403/404, a prompt longer than the model's context, an answer larger than soaktop
+keeps, a bug building the request).
 
-Every HTTP exchange is kept (request body, status, headers, body or raw stream text,
-bounded) so a failed probe can be written to ``evidence/`` in full. Probes use httpx:
+Every HTTP exchange is kept (request body, status, headers, body or raw stream text) so a
+failed probe can be written to ``evidence/``. The answer is judged on its whole body (up to
+``FULL_BODY_LIMIT``); only the evidence copy is cut at ``BODY_LIMIT``. Probes use httpx:
 they are few, and not on the load's hot path.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -28,7 +33,14 @@ from probes.suite import Suite, Task
 Outcome = Literal["pass", "contract", "availability", "client"]
 
 BODY_LIMIT = 1 << 20
-"""Bytes of a response kept for evidence (the rest is counted, not kept)."""
+"""Bytes of a response written into evidence (``Exchange.as_evidence``)."""
+
+FULL_BODY_LIMIT = 64 << 20
+"""Bytes of a response kept to judge it; a longer answer ends the probe as ``client``
+(soaktop's own limit, not the server's fault)."""
+
+_UNDECODABLE = "undecodable response body"
+_CANCELLED = "cancelled before the answer was complete"
 
 _FILLER = (
     "The quarterly maintenance log lists routine checks of pumps, valves and sensors. "
@@ -90,25 +102,41 @@ class Exchange:
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     text: str = ""
-    truncated: bool = False
+    """The whole response body (at most ``FULL_BODY_LIMIT`` bytes of it)."""
+    oversize: bool = False
+    """The response went past ``FULL_BODY_LIMIT``: reading stopped, ``text`` is its start."""
     error: str | None = None
     latency_s: float | None = None
     usage: dict[str, Any] | None = None
 
     def as_evidence(self) -> dict[str, Any]:
-        """The exchange as written into an evidence file (no auth headers: none are kept)."""
+        """The exchange as written into an evidence file (no auth headers: none are kept);
+        the body is cut at ``BODY_LIMIT`` bytes, and ``truncated`` says whether it was
+        (or whether the answer was larger than soaktop keeps)."""
+        body, cut = _evidence_body(self.text)
         return {
             "request": {"method": "POST", "url": self.url, "x_request_id": self.request_id}
             | {"body": self.body},
             "response": {
                 "status": self.status,
                 "headers": self.headers,
-                "body": self.text,
-                "truncated": self.truncated,
+                "body": body,
+                "truncated": cut or self.oversize,
             },
             "error": self.error,
             "latency_s": self.latency_s,
         }
+
+
+def _evidence_body(text: str) -> tuple[str, bool]:
+    """``text`` cut to at most ``BODY_LIMIT`` UTF-8 bytes (whole characters), and whether
+    it was cut."""
+    if len(text) * 4 <= BODY_LIMIT:  # cannot be over the limit: skip encoding
+        return text, False
+    raw = text.encode("utf-8", errors="replace")
+    if len(raw) <= BODY_LIMIT:
+        return text, False
+    return raw[:BODY_LIMIT].decode("utf-8", errors="ignore"), True
 
 
 @dataclass
@@ -119,6 +147,8 @@ class ProbeOptions:
     check_expected: bool = False
     """Check tasks' expected values (capable models only; random weights never match)."""
     timeout_s: float = 120.0
+    """Longest time one probe may take, all its exchanges together (the HTTP client's own
+    timeout only bounds each read)."""
     max_model_len: int | None = None
     """The served model's context length (``/v1/models``): a needle that cannot fit is
     the suite's configuration, not a server failure."""
@@ -139,6 +169,13 @@ def _http_outcome(status: int) -> Outcome:
     if status in (401, 403, 404):
         return "client"  # a wrong key, model name or route: soaktop's configuration
     return "contract"  # the server refused a request the contract says it accepts
+
+
+def _context_length_refusal(status: int, message: str) -> bool:
+    """A 400 saying the prompt (or prompt + max_tokens) does not fit the model's context:
+    the suite's size, not a broken contract."""
+    lower = message.lower()
+    return status == 400 and "context length" in lower  # also "maximum context length"
 
 
 def _error_text(text: str) -> str:
@@ -201,6 +238,7 @@ class ProbeSender:
         exchanges.append(ex)
         t0 = time.perf_counter()
         kept = bytearray()
+        limit = FULL_BODY_LIMIT
         try:
             async with self.client.stream(
                 "POST", ex.url, json=body, headers={"X-Request-Id": rid}
@@ -208,31 +246,62 @@ class ProbeSender:
                 ex.status = r.status_code
                 ex.headers = {k: v for k, v in r.headers.items() if k.lower() != "set-cookie"}
                 async for chunk in r.aiter_bytes():
-                    room = BODY_LIMIT - len(kept)
-                    if room > 0:
-                        kept += chunk[:room]
+                    room = limit - len(kept)
+                    kept += chunk[: max(room, 0)]
                     if len(chunk) > room:
-                        ex.truncated = True
+                        ex.oversize = True  # stop reading: closing the stream ends it
+                        break
         except httpx.TimeoutException as e:
-            ex.error = f"timeout after {self.options.timeout_s:g} s ({type(e).__name__})"
+            ex.error = f"timeout{self._timeout_words(e)} ({type(e).__name__})"
         except httpx.TransportError as e:
             ex.error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        except httpx.DecodingError as e:  # a bad Content-Encoding: the server's answer
+            ex.error = f"{_UNDECODABLE}: {e}" if str(e) else _UNDECODABLE
+        except asyncio.CancelledError:  # the probe timeout (or the run stopping)
+            ex.error = _CANCELLED
+            raise
         finally:
             ex.latency_s = time.perf_counter() - t0
             ex.text = kept.decode("utf-8", errors="replace")
         return ex
 
+    def _timeout_words(self, e: httpx.TimeoutException) -> str:
+        """`` after N s`` with the client's timeout that fired (per connect, read, ...)."""
+        name = {
+            httpx.ConnectTimeout: "connect",
+            httpx.ReadTimeout: "read",
+            httpx.WriteTimeout: "write",
+            httpx.PoolTimeout: "pool",
+        }.get(type(e))
+        t = getattr(self.client.timeout, name) if name is not None else None
+        return f" after {t:g} s" if isinstance(t, int | float) else ""
+
     @staticmethod
     def _raise_for(ex: Exchange) -> None:
+        if ex.oversize:
+            raise _Failed(
+                "client",
+                f"answer larger than soaktop keeps ({_size(FULL_BODY_LIMIT)}; HTTP {ex.status}): "
+                "not judged",
+            )
         if ex.error is not None:
+            if ex.error.startswith(_UNDECODABLE):
+                raise _Failed("availability", ex.error[:300])
             cut = ex.status is not None
             raise _Failed(
                 "availability", f"{'stream cut' if cut else 'no answer'}: {ex.error}"[:300]
             )
         assert ex.status is not None
         if ex.status != 200:
+            message = _error_text(ex.text)
+            if _context_length_refusal(ex.status, message):
+                raise _Failed(
+                    "client",
+                    f"HTTP {ex.status}: {message} (the prompt does not fit the model's "
+                    "context: the suite's size, not a server fault)",
+                )
             outcome = _http_outcome(ex.status)
-            raise _Failed(outcome, f"HTTP {ex.status}: {_error_text(ex.text)}")
+            raise _Failed(outcome, f"HTTP {ex.status}: {message}")
 
     def _json_answer(self, ex: Exchange) -> dict[str, Any]:
         """The non-streamed answer's first choice message (and usage)."""
@@ -273,12 +342,37 @@ class ProbeSender:
     async def run(
         self, suite: Suite, task: Task, base: str, rid: str
     ) -> tuple[Outcome, str, str | None, list[Exchange]]:
-        """Send the task; (outcome, reason, finish_reason, exchanges)."""
+        """Send the task; (outcome, reason, finish_reason, exchanges).
+
+        The whole probe (all its exchanges) must end within ``options.timeout_s``;
+        otherwise it is ``availability`` ("no complete answer within N s"), with the
+        exchanges so far (the one in flight included) kept for evidence."""
         exchanges: list[Exchange] = []
+        deadline = asyncio.timeout(self.options.timeout_s)
         try:
-            finish = await self._dispatch(suite, task, base, rid, exchanges)
+            async with deadline:
+                finish = await self._dispatch(suite, task, base, rid, exchanges)
         except _Failed as f:
             return f.outcome, f.reason, None, exchanges
+        except TimeoutError as e:
+            if not deadline.expired():
+                return (
+                    "client",
+                    f"soaktop could not run the probe: TimeoutError: {e}",
+                    None,
+                    exchanges,
+                )
+            within = f"no complete answer within {self.options.timeout_s:g} s"
+            last = exchanges[-1] if exchanges else None
+            if last is not None and last.error == _CANCELLED:
+                last.error = f"probe timeout: {within}"
+            cut = last is not None and last.status is not None
+            return (
+                "availability",
+                f"{'stream cut' if cut else 'no answer'}: timeout, {within}",
+                None,
+                exchanges,
+            )
         except Exception as e:  # a bug in soaktop or in a user suite: never an engine fault
             return (
                 "client",
@@ -311,15 +405,10 @@ class ProbeSender:
                     f"needle context {task.context_tokens} + max_tokens does not fit the "
                     f"model's max_model_len {limit}; lower context_tokens in the suite",
                 )
+            # The fit check above estimates tokens; the server's count decides, and its
+            # context-length refusal is a client outcome (``_raise_for``, every kind).
             msgs = _messages(task, needle_prompt(task))
-            try:
-                return await self._text(suite, task, base, rid, exchanges, msgs, task.needle)
-            except _Failed as f:
-                # The fit check above estimates tokens; the server's count decides. A
-                # context-length refusal is the suite's size, not a server fault.
-                if f.reason.startswith("HTTP 400") and "context length" in f.reason.lower():
-                    raise _Failed("client", f"needle too long for the model: {f.reason}") from None
-                raise
+            return await self._text(suite, task, base, rid, exchanges, msgs, task.needle)
         raise _Failed("client", f"unknown probe kind {kind!r}")
 
     async def _json(
@@ -430,6 +519,11 @@ class ProbeSender:
                 "contract", f"the answer does not contain the needle: {asm.content[:120]!r}"
             )
         return asm.finish_reason
+
+
+def _size(n: int) -> str:
+    """Bytes in MiB or KiB."""
+    return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n / 1024:g} KiB"
 
 
 def accounting(exchanges: list[Exchange]) -> dict[str, int]:

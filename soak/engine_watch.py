@@ -10,6 +10,10 @@ endpoint: the last good one before ``tracking`` went on (the runner scrapes righ
 barrier release) and the last good one of the load, replaced by the settled counters once
 the drain ended. Their deltas give the record the load's preemptions and the server's own
 TTFT, E2E and queue-time estimates — the same window as ``soak.reconcile``.
+
+The runner calls :meth:`EngineWatch.close_window` right after its end-of-drain
+``settled_counters()``; from then on nothing moves the window (the after-gate phase's own
+scrapes and settled counters are journaled but stay out of the load's figures).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class EngineWatch:
         self.errors = [0] * len(endpoints)
         self._tracking = False
         self._window_opened = False
+        self._window_closed = False
         self.first: list[EngineSample | None] = [None] * len(endpoints)
         """Per endpoint, the good sample that opens the load's window."""
         self.last: list[EngineSample | None] = [None] * len(endpoints)
@@ -63,11 +68,13 @@ class EngineWatch:
     def tracking(self) -> bool:
         """Peaks and the window's samples are kept only while True (the load and the
         drain). Turning it on opens the window at the latest good sample (the runner's
-        scrape at the barrier release)."""
+        scrape at the barrier release). Once the window is closed it stays off."""
         return self._tracking
 
     @tracking.setter
     def tracking(self, on: bool) -> None:
+        if self._window_closed:
+            return  # a closed window never reopens (nor do the load's peaks move)
         if on and not self._tracking and not self._window_opened:
             self._window_opened = True
             for i, s in enumerate(self.latest):
@@ -119,9 +126,23 @@ class EngineWatch:
             await asyncio.gather(self._task, return_exceptions=True)
         await self._client.aclose()
 
+    def close_window(self) -> None:
+        """End the load's window for good (and stop tracking).
+
+        The runner calls this right after the end-of-drain ``settled_counters()``, whose
+        samples end the window; later scrapes and ``settled_counters()`` calls (the
+        after-gate phase) are still journaled and shown live but no longer move the
+        window's samples, peaks, preemptions or server latencies. Called before the window
+        ever opened (no barrier release), it leaves no window at all.
+        """
+        self._tracking = False
+        self._window_closed = True
+
     async def settled_counters(self, tries: int = 4, pause_s: float = 0.5) -> list[EngineSample]:
         """Scrape until the token counters stop moving (the engine publishes them a step
-        late), at most ``tries`` times."""
+        late), at most ``tries`` times. Called with the window open and tracking off (the
+        drain is over), the settled samples end the window; once :meth:`close_window` was
+        called they leave it alone."""
         prev = await self.scrape_all()
         for _ in range(tries - 1):
             await asyncio.sleep(pause_s)
@@ -130,7 +151,8 @@ class EngineWatch:
                 prev = cur
                 break
             prev = cur
-        if self._window_opened and not self._tracking:  # the drain is over: close the window
+        if self._window_opened and not self._window_closed and not self._tracking:
+            # the drain is over: the settled counters end the window
             for i, s in enumerate(prev):
                 if s.error is None and self.first[i] is not None:
                     self.last[i] = s

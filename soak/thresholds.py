@@ -14,15 +14,20 @@ Thresholds are checked twice, against two kinds of figures that are never mixed 
 - at the end, from the record's exact figures: that decides the verdict.
 
 A metric without a value is ``no_data``, never ok: a threshold nobody could check makes
-the run INVALID, not PASSED.
+the run INVALID, not PASSED. So what is known up front never to be checkable is refused
+when parsed instead: ``,abort`` on a metric without a live figure (``ttfb.*``,
+``first_content.*`` and ``engine.preemptions`` are checked only at the end, against the
+record), and ``gpu.*`` thresholds while soaktop has no GPU telemetry
+(``HAVE_GPU_TELEMETRY``).
 
 Telemetry keys read here (the telemetry layer writes them; absent keys mean no data):
 
-- snapshot ``telemetry["engines"]``: list of dicts, one per endpoint, with ``waiting``,
-  ``kv_usage`` (0–1) and optionally ``preemptions`` (during this run, not the server's
-  lifetime counter); entries whose ``status`` is present and not ``"ok"`` are skipped.
+- snapshot ``telemetry["engines"]``: list of dicts, one per endpoint, with ``waiting`` and
+  ``kv_usage`` (0–1); entries whose ``status`` is present and not ``"ok"`` are skipped.
+  (They also carry the server's lifetime ``preemptions_total``, which is not this run's
+  count: ``engine.preemptions`` has no live figure.)
 - snapshot ``telemetry["gpus"]``: list of dicts with ``memory_free_mib`` and
-  ``temperature_c`` (the latest sample).
+  ``temperature_c`` (the latest sample; for when GPU telemetry exists).
 - record ``telemetry["engines"]``: list of dicts with ``max_waiting``, ``max_kv_usage`` and
   optionally ``preemptions`` (peaks / counts over the load).
 - record ``telemetry["gpus"]``: list of dicts with ``min_free_mib`` and ``max_temp_c``.
@@ -78,6 +83,27 @@ class MetricInfo:
     description: str
     telemetry: bool = False
     """Only the telemetry layer (GPU / engine sources) provides it."""
+    no_live: str | None = None
+    """Why the snapshot has no live figure for it (None: it has one). Such a metric is
+    checked only at the end, against the record, so ``,abort`` on it is refused."""
+    needs_gpu_telemetry: bool = False
+    """It needs GPU telemetry (NVML/DCGM): refused while ``HAVE_GPU_TELEMETRY`` is False."""
+
+    @property
+    def live(self) -> bool:
+        """The snapshot carries a live figure (an ``,abort`` can act on it)."""
+        return self.no_live is None
+
+
+HAVE_GPU_TELEMETRY = False
+"""Whether soaktop samples GPUs (NVML/DCGM). Until it does, ``gpu.*`` thresholds are refused
+at parse time: a long soak must not end INVALID for a threshold known up front to be
+uncheckable. Turning GPU telemetry on is this one line."""
+
+_NO_GPU_TELEMETRY = (
+    "gpu.* thresholds need GPU telemetry (NVML/DCGM), which this soaktop does not have yet"
+)
+_RECORD_ONLY = "soaktop keeps it only in the record, not in the live histograms"
 
 
 _LATENCIES = {
@@ -96,25 +122,51 @@ _STATS = {
     "mean": "mean",
 }
 
+_RECORD_ONLY_LATENCIES = frozenset({"ttfb", "first_content"})
+
 _OTHER = (
     MetricInfo("error_rate", "ratio", "failed / (completed + failed) load requests"),
     MetricInfo("failed", "count", "load requests that failed"),
     MetricInfo("completed", "count", "load requests that completed"),
     MetricInfo("output_tokens_per_s", "throughput", "output tokens per second (drain included)"),
     MetricInfo("requests_per_s", "throughput", "completed requests per second (drain included)"),
-    MetricInfo("gpu.min_free_mib", "mib", "least free GPU memory on any GPU, MiB", True),
-    MetricInfo("gpu.max_temp_c", "celsius", "hottest GPU temperature, °C", True),
+    MetricInfo(
+        "gpu.min_free_mib",
+        "mib",
+        "least free GPU memory on any GPU, MiB",
+        telemetry=True,
+        needs_gpu_telemetry=True,
+    ),
+    MetricInfo(
+        "gpu.max_temp_c",
+        "celsius",
+        "hottest GPU temperature, °C",
+        telemetry=True,
+        needs_gpu_telemetry=True,
+    ),
     MetricInfo("engine.max_waiting", "count", "longest engine waiting queue, requests", True),
     MetricInfo("engine.max_kv_usage", "ratio", "fullest engine KV cache, 0–1", True),
-    MetricInfo("engine.preemptions", "count", "engine preemptions during the run", True),
+    MetricInfo(
+        "engine.preemptions",
+        "count",
+        "engine preemptions during the load",
+        telemetry=True,
+        no_live="the live engine view carries the server's lifetime counter, not this run's count",
+    ),
 )
 
 METRICS: dict[str, MetricInfo] = {
-    f"{base}.{stat}": MetricInfo(f"{base}.{stat}", "latency", f"{what} of {desc}")
+    f"{base}.{stat}": MetricInfo(
+        f"{base}.{stat}",
+        "latency",
+        f"{what} of {desc}",
+        no_live=_RECORD_ONLY if base in _RECORD_ONLY_LATENCIES else None,
+    )
     for base, desc in _LATENCIES.items()
     for stat, what in _STATS.items()
 } | {m.name: m for m in _OTHER}
-"""Every metric a threshold can name, with its kind (which units it takes)."""
+"""Every metric a threshold can name, with its kind (which units it takes), whether it has
+a live figure and whether it needs GPU telemetry."""
 
 _UNITS: dict[Kind, dict[str, float]] = {
     "latency": {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6},
@@ -176,9 +228,16 @@ class ThresholdState(BaseModel):
 
 
 def describe_metrics() -> list[str]:
-    """One line per known metric: name, kind and what it measures (for help texts)."""
+    """One line per known metric: name, kind and what it measures (for help texts), with
+    ``[end only]`` (no live figure, no ``,abort``) or why it is not available."""
     width = max(len(name) for name in METRICS)
-    return [f"{m.name:<{width}}  {m.kind:<10}  {m.description}" for m in METRICS.values()]
+    return [f"{m.name:<{width}}  {m.kind:<10}  {m.description}{_note(m)}" for m in METRICS.values()]
+
+
+def _note(m: MetricInfo) -> str:
+    if m.needs_gpu_telemetry and not HAVE_GPU_TELEMETRY:
+        return " [not available: needs GPU telemetry]"
+    return "" if m.live else " [end only: no live figure, so no ,abort]"
 
 
 def parse_threshold(text: str) -> Threshold:
@@ -186,8 +245,16 @@ def parse_threshold(text: str) -> Threshold:
     head, *options = text.split(",")
     metric, op, rest = _split_condition(text, head)
     info = _metric_info(text, metric)
+    if info.needs_gpu_telemetry and not HAVE_GPU_TELEMETRY:
+        raise _fail(text, _NO_GPU_TELEMETRY)
     value = _parse_value(text, info, op, rest)
     abort, grace_s = _parse_options(text, options)
+    if abort and info.no_live is not None:
+        raise _fail(
+            text,
+            f"{metric} has no live figure ({info.no_live}): it is checked only at the end, "
+            "against the record, so ',abort' could never fire; drop ',abort'",
+        )
     return Threshold(
         expr=text,
         condition=re.sub(r"\s+", "", head),
@@ -232,7 +299,7 @@ def _split_condition(text: str, head: str) -> tuple[str, Op, str]:
 
 
 def _known_metrics() -> str:
-    others = ", ".join(m.name for m in _OTHER)
+    others = ", ".join(m.name for m in _OTHER if HAVE_GPU_TELEMETRY or not m.needs_gpu_telemetry)
     return f"known metrics: {'|'.join(_LATENCIES)}.{{{','.join(_STATS)}}}, {others}"
 
 
@@ -297,7 +364,8 @@ def _parse_duration(text: str, raw: str) -> float:
 
 def metrics_from_snapshot(snapshot: Snapshot) -> dict[str, float | None]:
     """Live figures from ``snapshot.load.cumulative`` (1 % histogram percentiles) and
-    ``snapshot.telemetry``; ttfb and first_content are not kept live (always None)."""
+    ``snapshot.telemetry``; metrics without a live figure (``MetricInfo.no_live``: ttfb,
+    first_content, engine.preemptions) are always None."""
     out: dict[str, float | None] = dict.fromkeys(METRICS)
     view = snapshot.load.cumulative
     if view is not None:
@@ -315,9 +383,11 @@ def metrics_from_snapshot(snapshot: Snapshot) -> dict[str, float | None]:
     gpus = _dicts(snapshot.telemetry, "gpus")
     out["engine.max_waiting"] = _worst(engines, "waiting", max)
     out["engine.max_kv_usage"] = _worst(engines, "kv_usage", max)
-    out["engine.preemptions"] = _worst(engines, "preemptions", sum)
     out["gpu.min_free_mib"] = _worst(gpus, "memory_free_mib", min)
     out["gpu.max_temp_c"] = _worst(gpus, "temperature_c", max)
+    for name, info in METRICS.items():
+        if not info.live:
+            out[name] = None
     return out
 
 

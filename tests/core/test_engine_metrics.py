@@ -285,3 +285,69 @@ async def test_engine_watch_window_across_a_server_restart(tmp_path, monkeypatch
     assert eng["preemptions"] == 0.0 and eng["window_s"] == [0.0, 2.0]
     ttft = eng["server_ttft_s"]
     assert isinstance(ttft, dict) and ttft["n"] == 3 and "counter reset" in str(ttft["note"])
+
+
+async def test_a_closed_window_is_not_moved_by_the_after_gates(tmp_path, monkeypatch):
+    # The runner closes the window right after its end-of-drain settled counters; the
+    # after-gate phase then scrapes and settles again with more traffic (its probes' TTFTs
+    # and a preemption) — none of it may leak into the load's figures.
+    fake_scrapes(
+        monkeypatch,
+        iter(
+            [
+                REAL,  # t=0: the runner's scrape at the barrier release
+                bumped(5, 8),  # t=1: during the load
+                bumped(7, 13),  # t=2, 3: settled counters after the drain (stable: ends at 3)
+                bumped(7, 13),
+                bumped(9, 20),  # t=4: after-gate phase start
+                bumped(11, 30),  # t=5, 6: after-gate settled counters (stable)
+                bumped(11, 30),
+                bumped(12, 40),  # t=7: a periodic scrape with tracking (wrongly) back on
+            ]
+        ),
+    )
+    journal = JsonlWriter(tmp_path / "telemetry.jsonl")
+    watch = EngineWatch(["http://x"], {}, 0, journal)
+    await watch.scrape_all()
+    watch.tracking = True
+    await watch.scrape_all()
+    watch.tracking = False
+    await watch.settled_counters(pause_s=0)
+    watch.close_window()
+    closed = watch.summary()[0]
+    assert closed["window_s"] == [0.0, 3.0] and closed["preemptions"] == 7.0
+    ttft = closed["server_ttft_s"]
+    assert isinstance(ttft, dict) and ttft["n"] == 10
+
+    await watch.scrape_all()
+    await watch.settled_counters(pause_s=0)
+    watch.tracking = True  # nothing reopens a closed window
+    await watch.scrape_all()
+    await watch.stop()
+    journal.close()
+
+    assert watch.scrapes == [8]  # every scrape still happened and was journaled
+    assert len(list(read_jsonl(tmp_path / "telemetry.jsonl"))) == 8
+    after = watch.summary()[0]
+    moving = ("scrapes", "scrape_errors")
+    assert {k: v for k, v in after.items() if k not in moving} == {
+        k: v for k, v in closed.items() if k not in moving
+    }
+    assert not watch.tracking
+
+
+async def test_close_window_before_any_load_leaves_no_window(tmp_path, monkeypatch):
+    # A run stopped before the barrier released: closing opens nothing, later scrapes
+    # and settled counters (the after-gates) make no window either.
+    fake_scrapes(monkeypatch, iter([REAL, bumped(5, 8), bumped(5, 8)]))
+    journal = JsonlWriter(tmp_path / "telemetry.jsonl")
+    watch = EngineWatch(["http://x"], {}, 0, journal)
+    watch.close_window()
+    await watch.scrape_all()
+    watch.tracking = True
+    await watch.settled_counters(pause_s=0)
+    await watch.stop()
+    journal.close()
+    eng = watch.summary()[0]
+    assert eng["window_s"] is None and eng["preemptions"] is None
+    assert eng["server_ttft_s"] is None and eng["max_running"] is None

@@ -41,7 +41,9 @@ from soak.verdict import Findings, decide
         ("error_rate<0.1%", "error_rate", "<", 0.001, False, 0.0),
         ("output_tokens_per_s>1000", "output_tokens_per_s", ">", 1000.0, False, 0.0),
         ("requests_per_s>=5", "requests_per_s", ">=", 5.0, False, 0.0),
-        ("gpu.min_free_mib>2048", "gpu.min_free_mib", ">", 2048.0, False, 0.0),
+        ("engine.max_waiting<=64", "engine.max_waiting", "<=", 64.0, False, 0.0),
+        ("engine.preemptions==0", "engine.preemptions", "==", 0.0, False, 0.0),
+        ("first_content.p99<3s", "first_content.p99", "<", 3.0, False, 0.0),
         ("engine.max_kv_usage<95%", "engine.max_kv_usage", "<", 0.95, False, 0.0),
         ("failed!=3", "failed", "!=", 3.0, False, 0.0),
         ("e2e.p99<20s,abort,grace=60s", "e2e.p99", "<", 20.0, True, 60.0),
@@ -83,7 +85,7 @@ def test_condition_is_the_comparison_as_written_without_spaces_or_options():
         ("error_rate<2s", ["unit 's' does not fit error_rate", "ratio", "%"]),
         ("ttft.p99<2%", ["unit '%' does not fit ttft.p99", "s, ms or us"]),
         ("ttft.p99<2m", ["unit 'm' does not fit ttft.p99", "s, ms or us"]),
-        ("gpu.min_free_mib>2GiB", ["unit 'GiB' does not fit gpu.min_free_mib", "MiB"]),
+        ("engine.max_waiting<2s", ["unit 's' does not fit engine.max_waiting", "a count"]),
         ("ttft.p99<", ["missing value after '<'", "e.g. ttft.p99<2s"]),
         ("error_rate<", ["missing value after '<'", "e.g. error_rate<0.1%"]),
         ("ttft.p99<fast", ["value 'fast' is not a number", "s, ms or us"]),
@@ -124,11 +126,77 @@ def test_registry_covers_every_latency_and_statistic_and_describes_each_metric()
         for stat in ("p50", "p90", "p99", "max", "mean"):
             assert METRICS[f"{base}.{stat}"].kind == "latency"
     assert METRICS["engine.preemptions"].telemetry
+    # GPU metrics stay in the registry (flagged) so enabling them later is one line.
+    assert METRICS["gpu.min_free_mib"].needs_gpu_telemetry
+    assert METRICS["gpu.max_temp_c"].kind == "celsius"
     lines = describe_metrics()
     assert len(lines) == len(METRICS)
     assert any(
         line.startswith("error_rate") and "failed / (completed + failed)" in line for line in lines
     )
+
+
+@pytest.mark.parametrize(
+    ("expr", "why"),
+    [
+        ("ttfb.p99<1s,abort", "soaktop keeps it only in the record"),
+        ("first_content.max<5s,abort,grace=60s", "soaktop keeps it only in the record"),
+        ("engine.preemptions==0,abort", "lifetime counter"),
+    ],
+)
+def test_abort_on_a_metric_without_a_live_figure_is_refused(expr, why):
+    with pytest.raises(ThresholdError) as info:
+        parse_threshold(expr)
+    message = str(info.value)
+    assert message.startswith(f"threshold {expr!r}: ")
+    assert "no live figure" in message and why in message
+    assert "checked only at the end" in message and "drop ',abort'" in message
+    # Without ,abort the same condition is fine: it is checked against the record.
+    assert not parse_threshold(expr.split(",")[0]).abort_on_fail
+
+
+@pytest.mark.parametrize(
+    "expr", ["gpu.min_free_mib>2048", "gpu.max_temp_c<85", "gpu.max_temp_c<85,abort"]
+)
+def test_gpu_thresholds_are_refused_up_front(expr):
+    with pytest.raises(ThresholdError) as info:
+        parse_threshold(expr)
+    assert str(info.value) == (
+        f"threshold {expr!r}: gpu.* thresholds need GPU telemetry (NVML/DCGM), which this "
+        "soaktop does not have yet"
+    )
+
+
+def test_every_live_metric_has_a_live_figure_and_no_other_does():
+    telemetry = {
+        "engines": [
+            {
+                "endpoint": 0,
+                "status": "ok",
+                "waiting": 3.0,
+                "kv_usage": 0.5,
+                "preemptions_total": 40.0,
+                "preemptions": 2,
+            }
+        ],
+        "gpus": [{"index": 0, "memory_free_mib": 4096, "temperature_c": 71}],
+    }
+    m = metrics_from_snapshot(snapshot(view(), telemetry))
+    for name, info in METRICS.items():
+        if info.needs_gpu_telemetry:
+            continue  # refused at parse time
+        assert (m[name] is not None) == info.live, name
+        if not info.live:
+            assert info.no_live  # says why, for the parse error
+    assert not METRICS["ttfb.p50"].live and not METRICS["engine.preemptions"].live
+    assert METRICS["ttft.p99"].live and METRICS["engine.max_kv_usage"].live
+
+
+def test_metric_descriptions_say_which_are_end_only_or_unavailable():
+    lines = {line.split()[0]: line for line in describe_metrics()}
+    assert "end only" in lines["ttfb.p99"] and "end only" in lines["engine.preemptions"]
+    assert "needs GPU telemetry" in lines["gpu.min_free_mib"]
+    assert "end only" not in lines["ttft.p99"]
 
 
 # --- evaluation ----------------------------------------------------------------------
@@ -258,7 +326,8 @@ def test_snapshot_telemetry_takes_the_worst_endpoint_and_gpu():
     m = metrics_from_snapshot(snapshot(view(), telemetry))
     assert m["engine.max_waiting"] == 12.0
     assert m["engine.max_kv_usage"] == 0.97
-    assert m["engine.preemptions"] == 3.0
+    # The live view carries the server's lifetime counter, not this run's preemptions.
+    assert m["engine.preemptions"] is None
     assert m["gpu.min_free_mib"] == 1024.0
     assert m["gpu.max_temp_c"] == 83.0
 
@@ -409,10 +478,10 @@ def test_latencies_under_a_second_read_in_ms_and_ratios_in_percent():
 
 
 def test_no_data_makes_the_run_invalid_and_says_why():
-    [reason] = threshold_reasons(final("gpu.min_free_mib>2048", None))
+    [reason] = threshold_reasons(final("engine.max_kv_usage<95%", None))
     assert reason.effect == "invalid"
     assert reason.code == "threshold_no_data"
-    assert "gpu.min_free_mib had no data" in reason.message
+    assert "engine.max_kv_usage had no data" in reason.message
     assert "telemetry" in reason.message
     assert "no data is never ok" in reason.message
     assert decide(Findings(load=summary(failed=0, issued=99), extra=[reason]))[0] is Status.INVALID

@@ -8,6 +8,9 @@ so that the fault rules, which match on ``X-Request-Id``, hit only that test's p
 
 from __future__ import annotations
 
+import asyncio
+import gzip
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -15,8 +18,10 @@ import httpx
 import orjson
 import pytest
 
+from probes import probe
 from probes.gates import canary_sample, summarize
-from probes.suite import BUILTIN_SUITES, load_suites
+from probes.probe import BODY_LIMIT, Exchange, ProbeOptions, ProbeSender
+from probes.suite import BUILTIN_SUITES, Suite, load_suites
 from soak.demo import SimHandle
 from tests.probes.probe_helpers import (
     closed_port,
@@ -38,6 +43,8 @@ RULES = [
     fault("t503/before/json/1", "http_503"),
     fault("stall/before/json/1", "stall", stall_s=20),
     fault("stall/before/smoke/1", "stall", stall_s=20, after_tokens=2),
+    fault("whole/before/smoke/1", "stall", stall_s=20, after_tokens=2),
+    fault("whole/before/json/1", "stall", stall_s=20),
     fault("evt/before/smoke/1", "error_event", after_tokens=2),
     fault("evt/before/stream-tools/1", "error_event", after_tokens=1),
     fault("mal/before/stream-tools/1", "malformed", after_tokens=2),
@@ -233,6 +240,167 @@ async def test_unknown_model_is_a_client_error(sim: SimHandle, client: httpx.Asy
     assert all("no-such-model" in r.reason for r in results)
 
 
+@pytest.mark.parametrize(("suite", "cut"), [("json", "no answer"), ("smoke", "stream cut")])
+async def test_the_probe_timeout_bounds_the_whole_probe_not_each_read(
+    sim: SimHandle, client: httpx.AsyncClient, suite: str, cut: str
+) -> None:
+    # The client's per-read timeout is 10 s; the probe's own timeout (1 s) must still end
+    # a probe whose server goes quiet mid-answer (or never answers) after about 1 s.
+    runner, sink = make_runner(
+        client, sim.urls[:1], {suite: one_task(suite)}, "whole", timeout_s=SHORT_TIMEOUT_S
+    )
+    t0 = time.monotonic()
+    (r,) = await runner.run_phase("before")
+    assert time.monotonic() - t0 < 5
+    assert r.outcome == "availability"
+    assert "no complete answer within 1 s" in r.reason and cut in r.reason, r.reason
+    assert r.latency_s is not None and r.latency_s < 5
+    (_, exchanges) = sink.seen[0]
+    (ex,) = exchanges  # the exchange in flight is kept for evidence
+    assert ex.error is not None and "no complete answer within 1 s" in ex.error
+    if suite == "smoke":
+        assert ex.status == 200 and "data:" in ex.text  # what arrived before the silence
+
+
+def _trickle_client(stop: asyncio.Event) -> httpx.AsyncClient:
+    """A server that sends the headers and then one SSE comment every 50 ms, forever: no
+    single read ever waits long, only the whole answer never ends."""
+
+    async def body() -> AsyncIterator[bytes]:
+        while not stop.is_set():
+            yield b": still thinking\n\n"
+            await asyncio.sleep(0.05)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+
+
+async def test_a_trickling_stream_times_out_as_a_whole() -> None:
+    stop = asyncio.Event()
+    async with _trickle_client(stop) as c:
+        sender = ProbeSender(c, ProbeOptions(model="m", timeout_s=0.5))
+        try:
+            outcome, reason, _, exchanges = await asyncio.wait_for(
+                sender.run(one_task("smoke"), one_task("smoke").tasks[0], "http://t", "tr/1"),
+                timeout=10,
+            )
+        finally:
+            stop.set()
+    assert outcome == "availability"
+    assert reason == "stream cut: timeout, no complete answer within 0.5 s", reason
+    assert exchanges[0].text.startswith(": still thinking")
+
+
+async def test_an_undecodable_body_is_availability() -> None:
+    # The server says gzip and sends something else: httpx.DecodingError is not a
+    # TransportError, but it is still the server's answer that is broken.
+    async def garbage() -> AsyncIterator[bytes]:  # streamed, as from a real server
+        yield b"this is not gzip at all"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200,
+            headers={"content-type": "application/json", "content-encoding": "gzip"},
+            content=garbage(),
+        )
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+        sender = ProbeSender(c, ProbeOptions(model="m"))
+        outcome, reason, _, exchanges = await sender.run(
+            one_task("json"), one_task("json").tasks[0], "http://t", "dec/1"
+        )
+    assert outcome == "availability", reason
+    assert reason.startswith("undecodable response body")
+    assert exchanges[0].status == 200 and exchanges[0].error is not None
+
+    # A good gzip body decodes and is judged as usual.
+    good = gzip.compress(b'{"not": "a chat completion"}')
+
+    def gz(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-encoding": "gzip"}, content=good)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(gz)) as c:
+        outcome, reason, _, _ = await ProbeSender(c, ProbeOptions(model="m")).run(
+            one_task("json"), one_task("json").tasks[0], "http://t", "dec/2"
+        )
+    assert (outcome, reason.split(":")[0]) == ("availability", "malformed response body")
+
+
+# -- size limits ---------------------------------------------------------------------------------
+
+
+def _long_smoke(max_tokens: int) -> Suite:
+    s = one_task("smoke")
+    return s.model_copy(update={"defaults": {"max_tokens": max_tokens, "ignore_eos": True}})
+
+
+async def test_a_stream_over_the_evidence_limit_is_judged_whole(
+    sim: SimHandle, client: httpx.AsyncClient
+) -> None:
+    # About 220 bytes of SSE per token: 5,200 tokens is over 1 MiB of stream. soaktop's
+    # evidence cap must not turn a complete answer into "stream ended without [DONE]".
+    runner, sink = make_runner(
+        client, sim.urls[:1], {"smoke": _long_smoke(5200)}, "big", model=sim.model
+    )
+    (r,) = await runner.run_phase("before")
+    assert r.outcome == "pass", r.reason
+    assert r.completion_tokens == 5200
+    (_, (ex,)) = sink.seen[0]
+    assert len(ex.text.encode()) > BODY_LIMIT and ex.text.rstrip().endswith("[DONE]")
+    ev = ex.as_evidence()
+    assert ev["response"]["truncated"] is True
+    assert len(ev["response"]["body"].encode()) <= BODY_LIMIT
+    assert ex.text.startswith(ev["response"]["body"])
+
+
+async def test_an_answer_larger_than_soaktop_keeps_is_a_client_outcome(
+    sim: SimHandle, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(probe, "FULL_BODY_LIMIT", 256 * 1024)  # 64 MiB in real runs
+    runner, sink = make_runner(
+        client, sim.urls[:1], {"smoke": _long_smoke(2000)}, "huge", model=sim.model
+    )
+    (r,) = await runner.run_phase("before")
+    assert r.outcome == "client", r.reason
+    assert "answer larger than soaktop keeps" in r.reason and "256 KiB" in r.reason
+    (_, (ex,)) = sink.seen[0]
+    assert len(ex.text.encode()) <= 256 * 1024
+    assert ex.as_evidence()["response"]["truncated"] is True
+
+
+# -- a prompt too long for the model -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["json", "tools", "stream-tools", "tool-result", "smoke"])
+async def test_a_prompt_over_the_context_length_is_a_client_error_for_every_kind(
+    sim: SimHandle, client: httpx.AsyncClient, kind: str
+) -> None:
+    # A user suite whose prompt is longer than the model's context (8,192 tokens): the
+    # server's 400 is the suite's size, not a broken contract.
+    s = one_task(kind)
+    task = s.tasks[0].model_copy(update={"prompt": "lorem ipsum dolor sit amet " * 4000})
+    suites = {kind: s.model_copy(update={"tasks": [task]})}
+    runner, _ = make_runner(client, sim.urls[:1], suites, "ctxlen", model=sim.model)
+    (r,) = await runner.run_phase("before")
+    assert r.status == 400 and "maximum context length" in r.reason, r.reason
+    assert r.outcome == "client", r.reason
+    assert "the suite's size" in r.reason
+
+
+async def test_other_400s_stay_contract_failures(sim: SimHandle, client: httpx.AsyncClient) -> None:
+    s = one_task("json")
+    bad = s.model_copy(update={"defaults": {"max_tokens": 0}})  # refused: at least 1
+    task = s.tasks[0].model_copy(update={"max_tokens": None})
+    runner, _ = make_runner(
+        client, sim.urls[:1], {"json": bad.model_copy(update={"tasks": [task]})}, "b400"
+    )
+    (r,) = await runner.run_phase("before")
+    assert (r.status, r.outcome) == (400, "contract"), r.reason
+    assert "max_tokens must be at least 1" in r.reason
+
+
 # -- needle --------------------------------------------------------------------------------------
 
 
@@ -409,3 +577,18 @@ async def test_canary_rounds_reach_every_endpoint(
         results += await runner.run_phase("canary", per_round=1, round_no=rnd)
     assert all(r.outcome == "pass" for r in results)
     assert {r.endpoint for r in results} == {0, 1}
+
+
+def test_evidence_cuts_the_body_at_the_limit_on_a_character_boundary() -> None:
+    short = Exchange(url="u", request_id="r", body={}, status=200, text="data: ok\n\n")
+    assert short.as_evidence()["response"] | {"headers": None} == {
+        "status": 200,
+        "headers": None,
+        "body": "data: ok\n\n",
+        "truncated": False,
+    }
+    text = "é" * BODY_LIMIT  # two bytes each: twice the limit
+    ev = Exchange(url="u", request_id="r", body={}, text=text).as_evidence()["response"]
+    assert ev["truncated"] is True and ev["body"] == "é" * (BODY_LIMIT // 2)
+    exact = Exchange(url="u", request_id="r", body={}, text="x" * BODY_LIMIT)
+    assert exact.as_evidence()["response"]["truncated"] is False
