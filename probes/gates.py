@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,6 +54,10 @@ class SuiteGate(BaseModel):
 
     passed: int = 0
     total: int = 0
+    """Tasks of the suite: planned for before/after (so ``23/24`` reads against the suite's
+    size even when the phase was cut short); tasks sent, for canaries."""
+    not_run: int = 0
+    """Planned tasks that were never sent (an abort or a killed runner cut the phase)."""
     failures: list[GateFailure] = Field(default_factory=list)
     """Tasks whose last attempt failed."""
     outcomes: dict[str, int] = Field(default_factory=dict)
@@ -81,10 +86,14 @@ def _failure(r: ProbeResult, attempts: int) -> GateFailure:
     )
 
 
-def summarize(results: list[ProbeResult]) -> dict[str, dict[str, SuiteGate]]:
+def summarize(
+    results: list[ProbeResult], planned: dict[str, dict[str, int]] | None = None
+) -> dict[str, dict[str, SuiteGate]]:
     """``{phase: {suite: SuiteGate}}`` from probe attempts (probes.jsonl lines).
 
     A task is judged by its last attempt; tasks are keyed by (phase, suite, index, round).
+    ``planned`` (``{phase: {suite: tasks}}``, from the gate-phase start events) makes a
+    phase that was cut short count its unsent tasks as not run, never as a clean 11/11.
     """
     tasks: dict[tuple[str, str, int, int | None], list[ProbeResult]] = {}
     for r in results:
@@ -108,10 +117,20 @@ def summarize(results: list[ProbeResult]) -> dict[str, dict[str, SuiteGate]]:
             gate.failures.append(_failure(last, len(attempts)))
     for (phase, suite), rs in rounds.items():
         out[phase][suite].rounds = len(rs)
-    for suites in out.values():
-        for gate in suites.values():
+    for phase, plan in (planned or {}).items():
+        for suite, n in plan.items():
+            gate = out.setdefault(phase, {}).setdefault(suite, SuiteGate())
+            gate.not_run = max(0, n - gate.total)
+            gate.total = max(n, gate.total)
+    for gates in out.values():
+        for gate in gates.values():
             gate.failures.sort(key=lambda f: f.t_s)
     return out
+
+
+def gates_json(gates: dict[str, dict[str, SuiteGate]]) -> dict[str, dict[str, Any]]:
+    """The record's ``gates`` section."""
+    return {p: {k: g.model_dump(mode="json") for k, g in su.items()} for p, su in gates.items()}
 
 
 @dataclass

@@ -100,7 +100,8 @@ class RunConfig(BaseModel):
     force_load: bool = False
     """Run the load even when a before-load gate failed (recorded in the verdict)."""
     probe_retries: int = Field(0, ge=0, le=5)
-    """Retries of a failed probe; every attempt is recorded (off by default: no silent retry)."""
+    """Retries of a failed probe. Every attempt is recorded, but a task that passes on a
+    retry passes (with a note): off by default, so one HTTP 500 fails the run."""
     probe_concurrency: int = Field(4, ge=1, le=64)
     """Probes in flight at once during a gate phase."""
     probe_timeout_s: float = Field(120.0, gt=0)
@@ -176,7 +177,7 @@ class RunConfig(BaseModel):
         try:
             load_suites(self.gates, self.suite_files)
         except SuiteError as e:
-            raise ValueError(str(e)) from None
+            raise ValueError(f"gates = {','.join(self.gates)!r}: {e}") from None
         return self
 
     @model_validator(mode="after")

@@ -59,7 +59,7 @@ class EventLog:
     ) -> None:
         self.writer = writer
         self._origin_ns = origin_ns
-        self._redactor = redactor if redactor is not None and redactor.enabled else None
+        self._redactor = redactor if redactor is not None and redactor.active else None
         self._pending: list[Event] = []
 
     def emit(

@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 
 from loadgen.stats import percentile
+from probes.gates import gates_json
 from probes.host import fd_soft_limit
 from soak import __version__
 from soak.fault_watch import fault_reasons
@@ -32,7 +33,13 @@ from soak.record import (
     write_record,
 )
 from soak.summary import LoadTiming, summarize_load
-from soak.thresholds import evaluate, metrics_from_record, record_source, threshold_reasons
+from soak.thresholds import (
+    ThresholdState,
+    evaluate,
+    metrics_from_record,
+    record_source,
+    threshold_reasons,
+)
 from soak.verdict import Findings, decide
 
 if TYPE_CHECKING:
@@ -128,6 +135,27 @@ def _reconciliation(runner: Runner, load: LoadSummary | None) -> dict[str, Any]:
     return overall(windows) if windows else {}
 
 
+def _threshold_reasons(
+    runner: Runner, load: LoadSummary | None, final: list[ThresholdState]
+) -> list[Reason]:
+    """Threshold reasons; when no load was measured (before gates failed, preflight, an
+    abort before the barrier) the verdict already says why, and a threshold that had
+    nothing to judge is a note, not an INVALID that would hide a server's FAILED."""
+    reasons = threshold_reasons(final, runner.threshold_watch.states, runner.threshold_abort)
+    if load is not None and load.barrier_released:
+        return reasons
+    return [
+        Reason(
+            code="threshold_not_evaluated",
+            effect="note",
+            message=f"threshold {r.message.split(' ', 2)[1]} was not evaluated: no load ran",
+        )
+        if r.code == "threshold_no_data"
+        else r
+        for r in reasons
+    ]
+
+
 def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     """Write the verdict, the final snapshot and the record. Returns the exit code."""
     cfg = runner.config
@@ -137,7 +165,8 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
         if timing
         else None
     )
-    gates = gates_from_journal(runner.run_dir / "probes.jsonl")
+    gates, bad_lines = gates_from_journal(runner.run_dir)
+    runner.internal_errors += bad_lines
     telemetry: dict[str, Any] = {"engines": runner.engines.summary()} if runner.engines else {}
     if runner.faults is not None:
         telemetry |= runner.faults.summary()
@@ -171,7 +200,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
                 for msg in runner.internal_errors
             ]
             + fault_reasons(telemetry)
-            + threshold_reasons(final_thresholds, watch.states, runner.threshold_abort),
+            + _threshold_reasons(runner, load, final_thresholds),
         )
     )
     runner.enter("done", f"verdict {status.value}")
@@ -193,7 +222,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
         config=cfg.public_dict(),
         identity=build_identity(runner),
         load=load,
-        gates={p: {k: g.model_dump(mode="json") for k, g in su.items()} for p, su in gates.items()},
+        gates=gates_json(gates),
         thresholds=[t.model_dump(mode="json") for t in final_thresholds],
         telemetry=telemetry,
         reconciliation=_reconciliation(runner, load),

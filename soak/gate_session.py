@@ -104,8 +104,8 @@ class GateSession:
         if r.outcome != "pass" or self.evidence_all:
             r.evidence = self._write_evidence(r, exchanges)
         line = r.model_dump(mode="json")
-        if self.redactor.enabled:
-            line = self.redactor.obj(line)
+        if self.redactor.active:  # free text only: keys and enum values stay readable
+            line["reason"] = self.redactor.text(line["reason"])
         self.journal.write(line)
         self.results.append(r)
         if r.outcome != "pass":
@@ -133,9 +133,13 @@ class GateSession:
             "exchanges": [e.as_evidence() for e in exchanges],
             "server_logs": logs or "no server log configured (--server-log PATH)",
         }
-        if self.redactor.enabled:  # paths are the operator's, not part of the result
+        if self.redactor.enabled:
+            # Paths, hostnames and GPU ids in a server log's tail are the operator's, and
+            # cannot all be recognised: keep only the lines naming this request.
             for log in logs:
                 log["path"] = "<redacted>"
+                log.pop("tail", None)
+        if self.redactor.active:
             doc = self.redactor.obj(doc)
         path = self.run_dir / rel
         path.parent.mkdir(exist_ok=True)
@@ -145,11 +149,14 @@ class GateSession:
     async def run(self, phase: str) -> dict[str, SuiteGate]:
         """One full gate phase (``before`` or ``after``); its per-suite summary."""
         self.running = phase
+        planned = {name: len(suite.tasks) for name, suite in self.suites.items()}
+        # The plan goes on the timeline first: verify and recover count unsent tasks from it.
+        self.events.emit("gate", f"{PHASE_WORDS[phase]} gates start", phase=phase, planned=planned)
         try:
             results = await self.runner.run_phase(phase)
         finally:
             self.running = None
-        gates = summarize(results).get(phase, {})
+        gates = summarize(results, {phase: planned}).get(phase, {})
         self.events.emit(
             "gate",
             f"{PHASE_WORDS[phase]} gates: "
@@ -206,9 +213,29 @@ class GateSession:
         self.journal.close()
 
 
-def gates_from_journal(path: Path) -> dict[str, dict[str, SuiteGate]]:
-    """The record's gates, recomputed from ``probes.jsonl`` (finalize, recover, verify)."""
-    return summarize([ProbeResult.model_validate(line) for line in read_jsonl(path)])
+def gate_plans(events_path: Path) -> dict[str, dict[str, int]]:
+    """``{phase: {suite: planned tasks}}`` from the gate-phase start events."""
+    plans: dict[str, dict[str, int]] = {}
+    for ev in read_jsonl(events_path):
+        data = ev.get("data") or {}
+        if ev.get("kind") == "gate" and isinstance(data.get("planned"), dict):
+            plans[str(data.get("phase"))] = {str(k): int(v) for k, v in data["planned"].items()}
+    return plans
+
+
+def gates_from_journal(
+    run_dir: Path,
+) -> tuple[dict[str, dict[str, SuiteGate]], list[str]]:
+    """The record's gates, recomputed from ``probes.jsonl`` and the planned task counts in
+    ``events.jsonl`` (finalize, recover, verify), and the lines that could not be read."""
+    results: list[ProbeResult] = []
+    problems: list[str] = []
+    for n, line in enumerate(read_jsonl(run_dir / "probes.jsonl"), 1):
+        try:
+            results.append(ProbeResult.model_validate(line))
+        except ValueError as e:
+            problems.append(f"probes.jsonl line {n} is not a probe result: {str(e)[:200]}")
+    return summarize(results, gate_plans(run_dir / "events.jsonl")), problems
 
 
 def probe_accounting(path: Path) -> dict[str, dict[str, int]]:

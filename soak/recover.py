@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import psutil
 
+from probes.gates import gates_json
 from soak.finalize import run_files
 from soak.gate_session import gates_from_journal
 from soak.journal import read_jsonl
@@ -119,13 +120,16 @@ def recover_run(run_dir: Path) -> RunRecord:
                 message=f"{lost} requests were in flight when the runner died: outcome unknown",
             )
         )
-    gates = gates_from_journal(run_dir / "probes.jsonl")
+    gates, bad_lines = gates_from_journal(run_dir)
+    notes += [Reason(code="journal_damaged", effect="note", message=m) for m in bad_lines]
     status, reasons = decide(
         Findings(
             load=load,
             aborted="runner killed: no record was written; recovered from the journals",
             max_failures=int(config.get("max_failures", 0)),
             gates=gates,
+            gates_configured=list(config.get("gates") or []),
+            force_load=bool(config.get("force_load")),
             extra=notes,
         )
     )
@@ -140,7 +144,7 @@ def recover_run(run_dir: Path) -> RunRecord:
         config=config,
         identity=identity,
         load=load,
-        gates={p: {k: g.model_dump(mode="json") for k, g in su.items()} for p, su in gates.items()},
+        gates=gates_json(gates),
         phases=phases,
         started_at=_first_wall(run_dir) or "",
         ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),

@@ -85,7 +85,8 @@ class Runner:
         self.endpoints = endpoints
         self.pool = pool
         self.clock = clock
-        self.redactor = Redactor(config.endpoints, config.redact)
+        secrets = [v.removeprefix("Bearer ") for v in auth_headers(config).values()]
+        self.redactor = Redactor(config.endpoints, config.redact, secrets)
         self.events = EventLog(JsonlWriter(run_dir / "events.jsonl"), origin_ns, self.redactor)
         self.requests = JsonlWriter(run_dir / "requests.jsonl")
         self.snapshots = JsonlWriter(run_dir / "snapshots.jsonl")
@@ -100,6 +101,7 @@ class Runner:
         self.before_blocked = False
         self.hard_stop = False
         self._gate_task: asyncio.Task[object] | None = None
+        self._canary_task: asyncio.Task[None] | None = None
         self._canary_stop = asyncio.Event()
         self.threshold_watch = ThresholdWatch(parse_thresholds(config.thresholds))
         self.threshold_abort: Threshold | None = None
@@ -142,7 +144,7 @@ class Runner:
 
     def on_result(self, r: RequestResult) -> None:
         """Journal one finished request and count it."""
-        if self.redactor.enabled and r.failure_detail:
+        if self.redactor.active and r.failure_detail:
             r.failure_detail = self.redactor.text(r.failure_detail)
         self.requests.write_raw(request_line(r, self.origin_ns))
         self.live.record(r, self.now_s())
@@ -173,8 +175,9 @@ class Runner:
         self._canary_stop.set()
         if hard:
             self.hard_stop = True
-            if self._gate_task is not None:
-                self._gate_task.cancel()
+            for task in (self._gate_task, self._canary_task):
+                if task is not None:
+                    task.cancel()
         if self.gen is not None:
             if hard:
                 self.gen.abort()
@@ -465,6 +468,9 @@ class Runner:
         assert self.gates is not None
         self.enter(f"{phase}_gates", f"{phase}-load contract gates: {', '.join(self.config.gates)}")
         start = await self.engines.scrape_all() if self.engines else None
+        if self.hard_stop:  # an abort that came during the scrape: send nothing more
+            self.events.emit("gate", f"{phase}-load gates skipped: the run was aborted", "warning")
+            return
         self._gate_task = asyncio.create_task(self.gates.run(phase))
         try:
             await self._gate_task
@@ -530,15 +536,16 @@ class Runner:
                     self.engines.tracking = True
                 self.lag.take_interval(keep=False)  # barrier start-up lag is not load lag
                 self.enter("load", f"barrier released: issuing for {cfg.duration_s} s")
-                canary = None
                 if self.gates is not None and cfg.canary_interval_s:
-                    canary = asyncio.create_task(
+                    self._canary_task = asyncio.create_task(
                         self.gates.canary_loop(
                             cfg.canary_interval_s, cfg.canary_tasks, self._canary_stop
                         )
                     )
                 await gen.run()
-                if canary is not None:  # a round in flight finishes: its requests count
+                if (canary := self._canary_task) is not None:
+                    # A round in flight finishes (its requests are in the counters) unless
+                    # an abort cancels it, now or while we wait.
                     self._canary_stop.set()
                     if self.hard_stop:
                         canary.cancel()
@@ -546,6 +553,7 @@ class Runner:
                 if self.engines is not None:
                     self.engines.tracking = False
                     self.counters_after = await self.engines.settled_counters()
+                    self.engines.close_window()
             else:
                 await gen.cancel_unstarted()
 

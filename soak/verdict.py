@@ -172,11 +172,22 @@ def gate_reasons(f: Findings) -> list[Reason]:
                 shown = "; ".join(_describe_failure(x) for x in g.failures[:FAILURES_SHOWN])
                 more = len(g.failures) - FAILURES_SHOWN
                 tail = f"; +{more} more (probes.jsonl)" if more > 0 else ""
+                # Failures that are all soaktop's own configuration say nothing of the server.
+                client_only = all(x.outcome == "client" for x in g.failures)
                 out.append(
                     Reason(
-                        code="gate_failed",
-                        effect="failed",
+                        code="gate_client_error" if client_only else "gate_failed",
+                        effect="invalid" if client_only else "failed",
                         message=f"{PHASE_WORDS[phase]} {suite} {g.passed}/{g.total}: {shown}{tail}",
+                    )
+                )
+            if g.not_run:
+                out.append(
+                    Reason(
+                        code="gate_cut_short",
+                        effect="note" if f.aborted else "invalid",
+                        message=f"{PHASE_WORDS[phase]} {suite}: {g.not_run} of {g.total} tasks "
+                        "never ran (the phase was cut short)",
                     )
                 )
             for x in g.passed_on_retry:
@@ -189,10 +200,12 @@ def gate_reasons(f: Findings) -> list[Reason]:
                     )
                 )
     if f.before_blocked:
+        before_failures = [x for g in f.gates.get("before", {}).values() for x in g.failures]
+        client_only = bool(before_failures) and all(x.outcome == "client" for x in before_failures)
         out.append(
             Reason(
                 code="before_gates_failed",
-                effect="failed",
+                effect="invalid" if client_only else "failed",
                 message="the before-load gates failed, so no load was run "
                 "(--force-load soaks anyway)",
             )

@@ -9,16 +9,26 @@ agrees, 1 with the list of differences otherwise.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from probes.gates import SuiteGate, gates_json
+from soak.fault_watch import fault_reasons
 from soak.finalize import HASHED_FILES
 from soak.gate_session import gates_from_journal
 from soak.journal import read_jsonl, sha256_file
 from soak.record import EXIT_CODES, LoadSummary, RunRecord, Status, load_record
 from soak.summary import LoadTiming, summarize_load
+from soak.thresholds import (
+    ThresholdError,
+    evaluate,
+    metrics_from_record,
+    parse_thresholds,
+    record_source,
+)
 from soak.verdict import Findings, decide, status_of
 
 
@@ -53,24 +63,21 @@ def verify_run(run_dir: Path) -> list[str]:
             problems.append(
                 f"{name}: sha256 {actual[:12]}… differs from the record's {digest[:12]}…"
             )
+    again = None
     if rec.load is not None:
         method = rec.config.get("percentile_method", "nearest-rank")
         again = summarize_load(
             run_dir / "requests.jsonl", LoadTiming.from_summary(rec.load), method
         )
         _diff("load", rec.load.model_dump(mode="json"), again.model_dump(mode="json"), problems)
-        _check_verdict(run_dir, rec, again, problems)
     elif any(True for _ in read_jsonl(run_dir / "requests.jsonl")):
         problems.append("requests.jsonl holds requests but the record has no load summary")
-    gates = {
-        p: {k: g.model_dump(mode="json") for k, g in su.items()}
-        for p, su in gates_from_journal(run_dir / "probes.jsonl").items()
-    }
-    _diff("gates", rec.gates, gates, problems)
-    for evidence in sorted((run_dir / "evidence").glob("*.json")):
-        rel = str(evidence.relative_to(run_dir))
-        if rel not in rec.files:
-            problems.append(f"{rel} is in the run directory but the record holds no hash of it")
+    gates, bad_lines = gates_from_journal(run_dir)
+    problems += bad_lines
+    _diff("gates", rec.gates, gates_json(gates), problems)
+    _check_evidence(run_dir, rec, problems)
+    _check_thresholds(rec, again, problems)
+    _check_verdict(rec, again, gates, problems)
     implied = status_of(rec.reasons)
     if rec.status is not implied:
         problems.append(f"status: record {rec.status.value}, its reasons imply {implied.value}")
@@ -81,7 +88,8 @@ def verify_run(run_dir: Path) -> list[str]:
     return problems
 
 
-# Reasons that follow from the load journal and client health alone (recomputable here).
+# Reasons that follow from the journals, the config and the telemetry summary alone
+# (recomputable here); their messages must match word for word.
 _DERIVED = {
     "barrier_not_reached",
     "load_failures",
@@ -95,24 +103,70 @@ _DERIVED = {
     "client_overloaded",
     "load_clean",
     "gate_failed",
+    "gate_client_error",
+    "gate_cut_short",
     "gate_passed_on_retry",
+    "before_gates_failed",
+    "force_load",
+    "server_fault",
+    "server_log_error",
+    "health_outage",
+    "health_slow",
 }
 
 
-def _check_verdict(run_dir: Path, rec: RunRecord, again: LoadSummary, problems: list[str]) -> None:
+def _check_evidence(run_dir: Path, rec: RunRecord, problems: list[str]) -> None:
+    """Every evidence file is hashed, and every one a probe names exists."""
+    for evidence in sorted((run_dir / "evidence").glob("*.json")):
+        rel = str(evidence.relative_to(run_dir))
+        if rel not in rec.files:
+            problems.append(f"{rel} is in the run directory but the record holds no hash of it")
+    for line in read_jsonl(run_dir / "probes.jsonl"):
+        ref = line.get("evidence")
+        if ref and not (run_dir / ref).exists():
+            problems.append(f"probe {line.get('request_id')} names {ref}, which is missing")
+
+
+def _check_thresholds(rec: RunRecord, again: LoadSummary | None, problems: list[str]) -> None:
+    """The final threshold states, recomputed from the config and the record's figures."""
+    try:
+        thresholds = parse_thresholds(list(rec.config.get("thresholds") or []))
+    except ThresholdError as e:
+        problems.append(f"config.thresholds cannot be parsed: {e}")
+        return
+    states = evaluate(thresholds, metrics_from_record(again, rec.telemetry), record_source(again))
+    mine = {s.expr: (s.state, s.observed) for s in states}
+    theirs = {t.get("expr"): (t.get("state"), t.get("observed")) for t in rec.thresholds}
+    if mine != theirs:
+        problems.append(f"thresholds: record {theirs}, recomputed {mine}")
+
+
+def _check_verdict(
+    rec: RunRecord,
+    again: LoadSummary | None,
+    gates: dict[str, dict[str, SuiteGate]],
+    problems: list[str],
+) -> None:
+    cfg = rec.config
+    force = bool(cfg.get("force_load"))
+    before_failed = any(g.failures for g in gates.get("before", {}).values())
     _, reasons = decide(
         Findings(
             load=again,
             aborted="(as recorded)" if rec.status is Status.ABORTED else None,
             health=rec.client_health,
-            max_failures=int(rec.config.get("max_failures", 0)),
-            max_loop_lag_s=float(rec.config.get("max_loop_lag_s", 0.5)),
-            gates=gates_from_journal(run_dir / "probes.jsonl"),
+            max_failures=int(cfg.get("max_failures", 0)),
+            max_loop_lag_s=float(cfg.get("max_loop_lag_s", 0.5)),
+            gates=gates,
+            gates_configured=list(cfg.get("gates") or []),
+            before_blocked=before_failed and not force and again is None,
+            force_load=force,
+            extra=fault_reasons(rec.telemetry),
         )
     )
-    want = {r.code for r in reasons} & _DERIVED
-    have = {r.code for r in rec.reasons} & _DERIVED
-    for code in sorted(want - have):
-        problems.append(f"reasons: the journal implies {code!r}, the record does not say it")
-    for code in sorted(have - want):
-        problems.append(f"reasons: the record says {code!r}, the journal does not support it")
+    want = Counter((r.code, r.message) for r in reasons if r.code in _DERIVED)
+    have = Counter((r.code, r.message) for r in rec.reasons if r.code in _DERIVED)
+    for code, msg in sorted((want - have).elements()):
+        problems.append(f"reasons: the journals imply {code!r} ({msg}), the record does not say it")
+    for code, msg in sorted((have - want).elements()):
+        problems.append(f"reasons: the record says {code!r} ({msg}), the journals do not")

@@ -155,8 +155,9 @@ def test_threshold_abort_stops_the_load_early_and_fails_the_run(sim, tmp_path):
 def test_a_threshold_without_data_is_never_ok(sim, tmp_path):
     out = tmp_path / "runs"
     rc, text = run_soaktop(
-        *run_args(sim, out, "--max-requests", "10", "--concurrency", "2", "--max-tokens", "8"),
-        *("--threshold", "gpu.min_free_mib>2048"),
+        # one output token per request: no gaps between tokens, so no ITL to judge
+        *run_args(sim, out, "--max-requests", "10", "--concurrency", "2", "--max-tokens", "1"),
+        *("--threshold", "itl.p99<1s"),
     )
     assert rc == 3, text
     rec = record(only_run_dir(out))
@@ -176,4 +177,110 @@ def test_bad_gate_configuration_is_refused_before_anything_runs(sim, tmp_path):
     assert rc == 2 and "mine.json" in text and "needs a schema" in text, text
     rc, text = run_soaktop(*run_args(sim, out, "--threshold", "ttft.p98<2s"))
     assert rc == 2 and "unknown statistic 'p98'" in text, text
+    # a threshold that cannot be checked is refused up front, not after a 2-hour soak
+    rc, text = run_soaktop(*run_args(sim, out, "--threshold", "gpu.min_free_mib>2048"))
+    assert rc == 2 and "need GPU telemetry" in text, text
+    rc, text = run_soaktop(*run_args(sim, out, "--threshold", "ttfb.p99<1s,abort"))
+    assert rc == 2 and "ttfb.p99" in text, text
     assert not out.exists()
+
+
+def test_verify_catches_an_edited_verdict_gate_or_threshold(tmp_path):
+    import shutil
+
+    rc, out = run_soaktop(
+        *("demo", "--headless", "--duration", "3", "--scenario", "broken-contracts"),
+        *("--probe-concurrency", "8", "--threshold", "ttft.p99<10s", "--out", str(tmp_path)),
+        timeout=180,
+    )
+    run_dir = only_run_dir(tmp_path)
+    rec = record(run_dir)
+    # no load ran: the threshold had nothing to judge, and that does not hide the FAILED
+    assert rc == 1 and rec["status"] == "FAILED", out
+    assert "threshold_not_evaluated" in [r["code"] for r in rec["reasons"]]
+    assert run_soaktop("verify", str(run_dir))[0] == 0
+
+    def tampered(edit) -> str:
+        copy = tmp_path / f"copy-{edit.__name__}"
+        shutil.copytree(run_dir, copy)
+        data = record(copy)
+        edit(data)
+        (copy / "record.json").write_bytes(orjson.dumps(data))
+        rc, text = run_soaktop("verify", str(copy))
+        assert rc == 1, text
+        return text
+
+    def passed(d):  # a failed run made to look clean
+        d["status"], d["exit_code"] = "PASSED", 0
+        d["reasons"] = []
+
+    def gate(d):
+        d["gates"]["before"]["json"]["passed"] = 24
+        d["gates"]["before"]["json"]["failures"] = []
+
+    def threshold(d):
+        d["thresholds"][0]["state"] = "ok"
+
+    assert "before_gates_failed" in tampered(passed)
+    assert "gates.before.json.passed" in tampered(gate)
+    assert "thresholds" in tampered(threshold)
+
+
+def test_an_abort_during_the_before_gates_counts_the_tasks_that_never_ran(tmp_path):
+    import signal
+    import time
+
+    from soak.demo import simulated_engine
+    from tests.e2e.conftest import soaktop, wait_for_phase
+
+    stall = '{"match": "*/before/json/*", "action": "stall", "stall_s": 60, "count": 0}'
+    with simulated_engine(replicas=1, extra_args=["--fault", stall]) as sim:
+        out = tmp_path / "runs"
+        p = soaktop(*run_args(sim, out, "--gates", "json", "--duration", "5"))
+        run_dir = wait_for_phase(out, "before_gates")
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)  # the second one aborts: in-flight probes are cut
+        text, _ = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    assert p.returncode == 4, text
+    assert took < 30, f"the abort took {took:.0f} s"
+    rec = record(run_dir)
+    gate = rec["gates"]["before"]["json"]
+    assert gate["total"] == 24 and gate["not_run"] > 0 and gate["passed"] == 0, gate
+    assert "gate_cut_short" in [r["code"] for r in rec["reasons"]]
+    assert rec["load"] is None
+    assert run_soaktop("verify", str(run_dir))[0] == 0
+
+
+def test_an_api_key_printed_in_the_server_log_never_reaches_the_run_directory(sim, tmp_path):
+    import os
+
+    secret = "sk-live-7f3a9c2e55d1"
+    log = tmp_path / "server.log"
+    log.write_text(f"INFO non-default args: {{'api_key': ['{secret}'], 'host': '0.0.0.0'}}\n")
+    needle = tmp_path / "needle.json"
+    needle.write_text(
+        '{"suite": "needle", "kind": "needle", "defaults": {"max_tokens": 8},'
+        ' "tasks": [{"id": "code", "needle": "48213", "context_tokens": 200}]}'
+    )
+    out = tmp_path / "runs"
+    env_key = "SOAKTOP_TEST_SECRET_KEY"
+    os.environ[env_key] = secret
+    try:
+        rc, text = run_soaktop(
+            *run_args(sim, out, "--suite", str(needle), "--gates", "needle", "--force-load"),
+            *("--api-key-env", env_key, "--server-log", str(log), "--max-requests", "4"),
+        )
+    finally:
+        del os.environ[env_key]
+    run_dir = only_run_dir(out)
+    rec = record(run_dir)
+    assert rc == 1 and rec["gates"]["before"]["needle"]["failures"], text  # evidence written
+    evidence = next((run_dir / "evidence").glob("*.json")).read_text()
+    assert "<secret>" in evidence and "api_key" in evidence
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), path
