@@ -54,6 +54,7 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--threshold": {"action": "append", "dest": "thresholds", "metavar": "EXPR"},
     "--server-log": {"type": Path, "action": "append", "dest": "server_log", "metavar": "PATH"},
     "--server-log-cmd": {"action": "append", "dest": "server_log_cmd", "metavar": "CMD"},
+    "--dcgm": {"action": "append", "dest": "dcgm", "metavar": "URL"},
 }
 
 
@@ -188,22 +189,12 @@ def cmd_run(ns: argparse.Namespace) -> int:
 def cmd_demo(ns: argparse.Namespace) -> int:
     """``soaktop demo``: the simulated engine, a soak against it, the record."""
     from soak.demo import (
-        NEEDS_LATER_LAYERS,
         SimStartError,
         cleanup,
         keep_server_logs,
         simulated_engine,
     )
 
-    if ns.scenario in NEEDS_LATER_LAYERS:
-        ready = ", ".join(s for s in sorted(_scenarios()) if s not in NEEDS_LATER_LAYERS)
-        print(
-            f"soaktop: scenario {ns.scenario!r} injects a fault that needs "
-            f"{NEEDS_LATER_LAYERS[ns.scenario]} to be seen, which soaktop does not have yet; "
-            f"it would end in a false PASS. Available now: {ready}.",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
     values = _cli_values(ns)
     base = {
         "concurrency": 32,
@@ -212,6 +203,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         "label": "demo",
         "endpoints": ["http://127.0.0.1:1"],
         "model": "placeholder",
+        "dcgm": ["http://127.0.0.1:1/metrics"],  # the simulated engine always exports DCGM
     }
     try:  # validate before starting anything: a bad value never leaves a process behind
         load_config(values, base=base)
@@ -226,10 +218,13 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             scenario=ns.scenario,
             scenario_at_s=duration / 2,
         ) as sim:
-            logs = [r["log"] for r in sim.ready["replicas"] if r.get("log")]
+            replicas = sim.ready["replicas"]
+            logs = [r["log"] for r in replicas if r.get("log")]
+            dcgm = [r["dcgm_url"] for r in replicas if r.get("dcgm_url")]
             cfg = load_config(
                 values,
-                base=base | {"endpoints": sim.urls, "model": sim.model, "server_log": logs},
+                base=base
+                | {"endpoints": sim.urls, "model": sim.model, "server_log": logs, "dcgm": dcgm},
             )
             print(
                 f"soaktop: simulated engine up: {len(sim.urls)} replicas "

@@ -118,6 +118,9 @@ class RunConfig(BaseModel):
     """Tasks of each suite per canary round (rotating through the suite)."""
     thresholds: list[str] = Field(default_factory=list)
     """k6-style pass/fail criteria, e.g. ttft.p99<2s, error_rate==0, e2e.p99<20s,abort."""
+    dcgm: list[str] = Field(default_factory=list)
+    """DCGM exporter /metrics URLs (one per GPU node): GPU memory, utilisation, temperature,
+    power, throttling, Xid and ECC faults."""
     server_log: list[Path] = Field(default_factory=list)
     """Server log file(s), one per replica: followed for fault lines (CUDA errors, Xid,
     NCCL, engine death, tracebacks), and excerpts go into failed probes' evidence."""
@@ -158,17 +161,15 @@ class RunConfig(BaseModel):
                 raise ValueError("an empty command; give e.g. 'docker logs -f vllm'")
         return v
 
-    @field_validator("thresholds")
-    @classmethod
-    def _check_thresholds(cls, v: list[str]) -> list[str]:
-        from soak.thresholds import ThresholdError, parse_threshold
+    @model_validator(mode="after")
+    def _check_thresholds(self) -> RunConfig:
+        from soak.thresholds import ThresholdError, parse_thresholds
 
-        for text in v:
-            try:
-                parse_threshold(text)
-            except ThresholdError as e:
-                raise ValueError(str(e)) from None
-        return v
+        try:
+            parse_thresholds(self.thresholds, gpu_telemetry=bool(self.dcgm))
+        except ThresholdError as e:
+            raise ValueError(f"thresholds: {e}") from None
+        return self
 
     @model_validator(mode="after")
     def _check_suites(self) -> RunConfig:
@@ -202,6 +203,7 @@ class RunConfig(BaseModel):
             data["suite_files"] = ["<redacted>" for _ in data["suite_files"]]
             data["server_log"] = ["<redacted>" for _ in data["server_log"]]
             data["server_log_cmd"] = ["<redacted>" for _ in data["server_log_cmd"]]
+            data["dcgm"] = [f"<dcgm {i}>" for i in range(len(data["dcgm"]))]
         return data
 
 
@@ -231,7 +233,7 @@ def _mask_userinfo(value: Any) -> Any:
     return value
 
 
-_LIST_FIELDS = {"endpoints", "gates", "suite_files", "server_log"}
+_LIST_FIELDS = {"endpoints", "gates", "suite_files", "server_log", "dcgm"}
 # server_log_cmd: one command per variable (a command holds commas and spaces).
 
 

@@ -29,10 +29,7 @@ SCENARIOS = {
     "task 2 bad arguments, in every gate phase",
     "xid-mid-run": "Xid 31 on GPU 1 and an illegal-memory-access log line at half the load",
 }
-NEEDS_LATER_LAYERS = {
-    "xid-mid-run": "GPU telemetry (DCGM/NVML) and server-log fault detection",
-}
-"""Scenarios whose fault soaktop cannot see yet: running them would show a false PASS."""
+"""The simulated engine's named fault scenarios, as ``soaktop demo --scenario`` lists them."""
 
 
 class SimStartError(RuntimeError):

@@ -93,6 +93,7 @@ def build_identity(runner: Runner) -> Identity:
         soaktop_version=__version__,
         host=host,
         clock=dict(runner.clock),
+        gpus=runner.gpus.identity() if runner.gpus is not None else [],
     )
 
 
@@ -170,6 +171,8 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     telemetry: dict[str, Any] = {"engines": runner.engines.summary()} if runner.engines else {}
     if runner.faults is not None:
         telemetry |= runner.faults.summary()
+    if runner.gpus is not None:
+        telemetry["gpus"] = runner.gpus.summary()
     watch = runner.threshold_watch
     final_thresholds = evaluate(
         watch.thresholds, metrics_from_record(load, telemetry), record_source(load)
@@ -200,6 +203,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
                 for msg in runner.internal_errors
             ]
             + fault_reasons(telemetry)
+            + (runner.gpus.fault_reasons() if runner.gpus is not None else [])
             + _threshold_reasons(runner, load, final_thresholds),
         )
     )

@@ -39,6 +39,7 @@ from soak.events import EventLog
 from soak.fault_watch import FaultWatch
 from soak.finalize import build_identity, finalize_run
 from soak.gate_session import GateSession
+from soak.gpu_watch import GpuWatch
 from soak.identity import count_tokens, probe_all
 from soak.journal import JsonlWriter, request_line
 from soak.record import EXIT_USAGE, EndpointIdentity, PhaseSpan, write_atomic
@@ -96,6 +97,7 @@ class Runner:
         self.counters_after: list[EngineSample] | None = None
         self.gates: GateSession | None = None
         self.faults: FaultWatch | None = None
+        self.gpus: GpuWatch | None = None
         self.gate_counters: dict[str, tuple[list[EngineSample], list[EngineSample]]] = {}
         """Engine counters at the start and end of each gate phase (reconciliation)."""
         self.before_blocked = False
@@ -103,7 +105,9 @@ class Runner:
         self._gate_task: asyncio.Task[object] | None = None
         self._canary_task: asyncio.Task[None] | None = None
         self._canary_stop = asyncio.Event()
-        self.threshold_watch = ThresholdWatch(parse_thresholds(config.thresholds))
+        self.threshold_watch = ThresholdWatch(
+            parse_thresholds(config.thresholds, gpu_telemetry=bool(config.dcgm))
+        )
         self.threshold_abort: Threshold | None = None
         """The abort_on_fail threshold that stopped the load early, if one did."""
         self.live = LiveLoadStats(config.window_s)
@@ -268,6 +272,7 @@ class Runner:
             gates=self.gates.view() if self.gates else {},
             telemetry=(
                 ({"engines": self.engines.view()} if self.engines else {})
+                | ({"gpus": self.gpus.view()} if self.gpus else {})
                 | (self.faults.view() if self.faults else {})
             ),
             events=self.events.take_pending(),
@@ -396,6 +401,16 @@ class Runner:
                     log_commands=[shlex.split(c) for c in self.config.server_log_cmd],
                 )
                 await self.faults.start()
+                if self.config.dcgm:
+                    self.gpus = GpuWatch(
+                        self.config.dcgm,
+                        self.origin_ns,
+                        self.telemetry,
+                        self.events,
+                        self.config.snapshot_interval_s,
+                        scrub=self.redactor.obj,
+                    )
+                    self.gpus.start()
                 if self.config.gates:
                     self.gates = self._gate_session(headers)
                     await self._gate_phase("before")
@@ -424,6 +439,8 @@ class Runner:
                 await self.engines.stop()
             if self.faults is not None:
                 await self.faults.stop()
+            if self.gpus is not None:
+                await self.gpus.stop()
             if self.gates is not None:
                 await self.gates.aclose()
         return finalize_run(self, self.load_timing())

@@ -17,8 +17,7 @@ A metric without a value is ``no_data``, never ok: a threshold nobody could chec
 the run INVALID, not PASSED. So what is known up front never to be checkable is refused
 when parsed instead: ``,abort`` on a metric without a live figure (``ttfb.*``,
 ``first_content.*`` and ``engine.preemptions`` are checked only at the end, against the
-record), and ``gpu.*`` thresholds while soaktop has no GPU telemetry
-(``HAVE_GPU_TELEMETRY``).
+record), and ``gpu.*`` thresholds when the run has no GPU telemetry source (``--dcgm``).
 
 Telemetry keys read here (the telemetry layer writes them; absent keys mean no data):
 
@@ -87,7 +86,7 @@ class MetricInfo:
     """Why the snapshot has no live figure for it (None: it has one). Such a metric is
     checked only at the end, against the record, so ``,abort`` on it is refused."""
     needs_gpu_telemetry: bool = False
-    """It needs GPU telemetry (NVML/DCGM): refused while ``HAVE_GPU_TELEMETRY`` is False."""
+    """It needs a GPU telemetry source: refused when the run has none."""
 
     @property
     def live(self) -> bool:
@@ -95,13 +94,13 @@ class MetricInfo:
         return self.no_live is None
 
 
-HAVE_GPU_TELEMETRY = False
 """Whether soaktop samples GPUs (NVML/DCGM). Until it does, ``gpu.*`` thresholds are refused
 at parse time: a long soak must not end INVALID for a threshold known up front to be
 uncheckable. Turning GPU telemetry on is this one line."""
 
 _NO_GPU_TELEMETRY = (
-    "gpu.* thresholds need GPU telemetry (NVML/DCGM), which this soaktop does not have yet"
+    "gpu.* thresholds need a GPU telemetry source: give --dcgm URL (a DCGM exporter's "
+    "/metrics); local NVML is not built yet"
 )
 _RECORD_ONLY = "soaktop keeps it only in the record, not in the live histograms"
 
@@ -235,17 +234,19 @@ def describe_metrics() -> list[str]:
 
 
 def _note(m: MetricInfo) -> str:
-    if m.needs_gpu_telemetry and not HAVE_GPU_TELEMETRY:
-        return " [not available: needs GPU telemetry]"
+    if m.needs_gpu_telemetry:
+        return " [needs GPU telemetry: --dcgm URL]"
     return "" if m.live else " [end only: no live figure, so no ,abort]"
 
 
-def parse_threshold(text: str) -> Threshold:
-    """Parse ``METRIC OP VALUE[UNIT][,abort][,grace=DURATION]``; raise ThresholdError."""
+def parse_threshold(text: str, *, gpu_telemetry: bool = False) -> Threshold:
+    """Parse ``METRIC OP VALUE[UNIT][,abort][,grace=DURATION]``; raise ThresholdError.
+
+    ``gpu_telemetry``: the run has a GPU source, so ``gpu.*`` metrics can have data."""
     head, *options = text.split(",")
     metric, op, rest = _split_condition(text, head)
     info = _metric_info(text, metric)
-    if info.needs_gpu_telemetry and not HAVE_GPU_TELEMETRY:
+    if info.needs_gpu_telemetry and not gpu_telemetry:
         raise _fail(text, _NO_GPU_TELEMETRY)
     value = _parse_value(text, info, op, rest)
     abort, grace_s = _parse_options(text, options)
@@ -266,11 +267,11 @@ def parse_threshold(text: str) -> Threshold:
     )
 
 
-def parse_thresholds(texts: Sequence[str]) -> list[Threshold]:
+def parse_thresholds(texts: Sequence[str], *, gpu_telemetry: bool = False) -> list[Threshold]:
     """Parse several expressions (``--threshold`` given repeatedly); duplicates are errors."""
     out: list[Threshold] = []
     for text in texts:
-        t = parse_threshold(text)
+        t = parse_threshold(text, gpu_telemetry=gpu_telemetry)
         if any(o.condition == t.condition for o in out):
             raise ThresholdError(f"threshold {text!r}: given twice; give each condition once")
         out.append(t)
@@ -299,7 +300,7 @@ def _split_condition(text: str, head: str) -> tuple[str, Op, str]:
 
 
 def _known_metrics() -> str:
-    others = ", ".join(m.name for m in _OTHER if HAVE_GPU_TELEMETRY or not m.needs_gpu_telemetry)
+    others = ", ".join(m.name for m in _OTHER)
     return f"known metrics: {'|'.join(_LATENCIES)}.{{{','.join(_STATS)}}}, {others}"
 
 

@@ -130,7 +130,9 @@ def _check_evidence(run_dir: Path, rec: RunRecord, problems: list[str]) -> None:
 def _check_thresholds(rec: RunRecord, again: LoadSummary | None, problems: list[str]) -> None:
     """The final threshold states, recomputed from the config and the record's figures."""
     try:
-        thresholds = parse_thresholds(list(rec.config.get("thresholds") or []))
+        thresholds = parse_thresholds(
+            list(rec.config.get("thresholds") or []), gpu_telemetry=bool(rec.config.get("dcgm"))
+        )
     except ThresholdError as e:
         problems.append(f"config.thresholds cannot be parsed: {e}")
         return

@@ -158,13 +158,14 @@ def test_abort_on_a_metric_without_a_live_figure_is_refused(expr, why):
 @pytest.mark.parametrize(
     "expr", ["gpu.min_free_mib>2048", "gpu.max_temp_c<85", "gpu.max_temp_c<85,abort"]
 )
-def test_gpu_thresholds_are_refused_up_front(expr):
+def test_gpu_thresholds_are_refused_up_front_without_a_gpu_source(expr):
     with pytest.raises(ThresholdError) as info:
         parse_threshold(expr)
     assert str(info.value) == (
-        f"threshold {expr!r}: gpu.* thresholds need GPU telemetry (NVML/DCGM), which this "
-        "soaktop does not have yet"
+        f"threshold {expr!r}: gpu.* thresholds need a GPU telemetry source: give --dcgm URL "
+        "(a DCGM exporter's /metrics); local NVML is not built yet"
     )
+    assert parse_threshold(expr, gpu_telemetry=True).metric == expr.split("<")[0].split(">")[0]
 
 
 def test_every_live_metric_has_a_live_figure_and_no_other_does():
@@ -195,7 +196,7 @@ def test_every_live_metric_has_a_live_figure_and_no_other_does():
 def test_metric_descriptions_say_which_are_end_only_or_unavailable():
     lines = {line.split()[0]: line for line in describe_metrics()}
     assert "end only" in lines["ttfb.p99"] and "end only" in lines["engine.preemptions"]
-    assert "needs GPU telemetry" in lines["gpu.min_free_mib"]
+    assert "needs GPU telemetry: --dcgm URL" in lines["gpu.min_free_mib"]
     assert "end only" not in lines["ttft.p99"]
 
 

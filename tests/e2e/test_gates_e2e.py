@@ -179,7 +179,7 @@ def test_bad_gate_configuration_is_refused_before_anything_runs(sim, tmp_path):
     assert rc == 2 and "unknown statistic 'p98'" in text, text
     # a threshold that cannot be checked is refused up front, not after a 2-hour soak
     rc, text = run_soaktop(*run_args(sim, out, "--threshold", "gpu.min_free_mib>2048"))
-    assert rc == 2 and "need GPU telemetry" in text, text
+    assert rc == 2 and "need a GPU telemetry source: give --dcgm URL" in text, text
     rc, text = run_soaktop(*run_args(sim, out, "--threshold", "ttfb.p99<1s,abort"))
     assert rc == 2 and "ttfb.p99" in text, text
     assert not out.exists()

@@ -169,3 +169,34 @@ def test_engine_queueing_is_visible_beside_client_concurrency(tmp_path):
     assert rec["reconciliation"]["matched"] is True
     tele = journal(only_run_dir(out), "telemetry.jsonl")
     assert len(tele) >= 4 and all(t["source"] == "engine" for t in tele)
+
+
+def test_xid_mid_run_is_a_gpu_fault_beside_the_requests_it_broke(tmp_path):
+    """The on-call view: an Xid on GPU 1 of replica 1 half-way through, seen by the DCGM
+    exporter and in the server log, on the run's timeline; a gpu.* threshold is judged."""
+    rc, text = run_soaktop(
+        *("demo", "--headless", "--scenario", "xid-mid-run", "--duration", "8"),
+        *("--concurrency", "8", "--no-gates", "--threshold", "gpu.max_temp_c<200"),
+        *("--out", str(tmp_path)),
+        timeout=120,
+    )
+    assert rc == 1, text
+    run_dir = only_run_dir(tmp_path)
+    rec = record(run_dir)
+    events = journal(run_dir, "events.jsonl")
+    xid = [e for e in events if e["kind"] == "fault" and e["data"].get("xid") == 31]
+    assert len(xid) == 1 and xid[0]["severity"] == "critical", xid
+    assert xid[0]["data"]["gpu"] == 1 and "Xid 31" in xid[0]["message"]
+    # the same fault from the server's side: the illegal memory access in replica 1's log
+    log_faults = [e for e in events if e["kind"] == "fault" and e["data"].get("fault")]
+    assert {e["data"]["fault"] for e in log_faults} >= {"cuda_illegal_memory_access"}
+    codes = {r["code"] for r in rec["reasons"]}
+    assert {"gpu_fault", "server_fault"} <= codes, rec["reasons"]
+    gpus = rec["telemetry"]["gpus"]
+    assert len(gpus) == 8 and all(g["min_free_mib"] is not None for g in gpus)  # 2 × 4 GPUs
+    assert sum(len(g["xid_events"]) for g in gpus) == 1
+    (t,) = rec["thresholds"]
+    assert t["state"] == "ok" and t["observed"] is not None
+    snaps = journal(run_dir, "snapshots.jsonl")
+    assert any(s["telemetry"].get("gpus") for s in snaps if s["phase"] == "load")
+    assert run_soaktop("verify", str(run_dir))[0] == 0
