@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -435,15 +436,23 @@ class Runner:
         finally:
             ticker.cancel()
             self.lag.stop()
-            if self.engines is not None:
-                await self.engines.stop()
-            if self.faults is not None:
-                await self.faults.stop()
-            if self.gpus is not None:
-                await self.gpus.stop()
-            if self.gates is not None:
-                await self.gates.aclose()
+            for name, closer in (
+                ("engine watch", self.engines.stop if self.engines else None),
+                ("fault watch", self.faults.stop if self.faults else None),
+                ("GPU watch", self.gpus.stop if self.gpus else None),
+                ("gates", self.gates.aclose if self.gates else None),
+            ):
+                if closer is not None:
+                    await self._close_quietly(name, closer)
         return finalize_run(self, self.load_timing())
+
+    async def _close_quietly(self, name: str, closer: Callable[[], Awaitable[None]]) -> None:
+        """Stop a watcher; a failure to stop is recorded, and never costs the record."""
+        try:
+            await closer()
+        except Exception as e:
+            traceback.print_exc()
+            self.internal_errors.append(f"stopping the {name}: {type(e).__name__}: {e}"[:300])
 
     # -- contract gates --------------------------------------------------------------------
 
