@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from probes.dcgm import DcgmSample, _metrics_url, parse_dcgm, throttle_words
+from probes.dcgm import DcgmSample, GpuReading, _metrics_url, parse_dcgm, throttle_words
 from probes.server_log import XID_MEANING
 from simengine.dcgm import DcgmExporter, fake_uuid
 from soak.demo import simulated_engine
@@ -421,4 +421,139 @@ async def test_event_rules_baseline_changes_memory_faults_and_recovery(tmp_path)
     assert v0["throttle"] == ["gpu idle"] and v0["last_xid"] == 13 and v0["faults"] == 2
     events_file = [orjson.loads(x) for x in (tmp_path / "events.jsonl").read_bytes().splitlines()]
     assert sum(e["kind"] == "fault" for e in events_file) == 5
+    await watch.stop()
+
+
+async def test_an_xid_sequence_gives_exactly_these_events_reasons_and_entries(tmp_path):
+    """GpuWatch's output shapes (now built by the shared GpuLedger), as literal values: a
+    baseline Xid is a note, a repeat is nothing, a reset to 0 only moves the baseline and
+    later changes are faults. Key order counts too (it is the order written)."""
+    watch, events = _watch(tmp_path, ["http://unused:9400"])
+    h100 = "NVIDIA H100 80GB HBM3"
+
+    def gpu(i: int, xid: int) -> GpuReading:
+        return GpuReading(
+            host="gpu-node-07",
+            index=i,
+            uuid=f"GPU-{i}",
+            name=h100,
+            memory_free_mib=1000.0 - 10 * i,
+            temperature_c=40.0 + i,
+            power_w=300.0 if i else None,
+            throttle=("gpu idle",) if i == 0 else ("hw thermal",),
+            last_xid=xid,
+        )
+
+    for n, (x0, x1) in enumerate([(13, 0), (13, 0), (0, 0), (13, 31), (43, 31)]):
+        watch._take(0, DcgmSample(t=n + 1.0, readings=[gpu(0, x0), gpu(1, x1)]))
+
+    def ident(i: int) -> dict[str, Any]:
+        return {"url_index": 0, "index": i, "name": h100, "host": "gpu-node-07"}
+
+    def xid(i: int, x: int, meaning: str, t: float, already: bool) -> dict[str, Any]:
+        return {
+            "source": "dcgm",
+            "url_index": 0,
+            "gpu": i,
+            "name": h100,
+            "host": "gpu-node-07",
+            "uuid": f"GPU-{i}",
+            "xid": x,
+            "meaning": meaning,
+            "t_s": t,
+            "already_set": already,
+        }
+
+    gpu0 = f"GPU 0 ({h100}, host gpu-node-07)"
+    gpu1 = f"GPU 1 ({h100}, host gpu-node-07)"
+    x13, x31 = "graphics engine exception", "GPU memory page fault (illegal memory access)"
+    x43 = "channel stopped after an application fault"
+    expected_events = [
+        (
+            "fault",
+            "warning",
+            f"{gpu0}: Xid 13 — {x13} (already set at start)",
+            xid(0, 13, x13, 1.0, True),
+        ),
+        ("fault", "critical", f"{gpu0}: Xid 13 — {x13}", xid(0, 13, x13, 4.0, False)),
+        ("fault", "critical", f"{gpu1}: Xid 31 — {x31}", xid(1, 31, x31, 4.0, False)),
+        ("fault", "critical", f"{gpu0}: Xid 43 — {x43}", xid(0, 43, x43, 5.0, False)),
+    ]
+    evs = events.take_pending()
+    assert [(e.kind, e.severity, e.message, e.data) for e in evs] == expected_events
+    assert [list(e.data) for e in evs] == [list(x[3]) for x in expected_events]
+    assert [(r.code, r.effect, r.message) for r in watch.fault_reasons()] == [
+        (
+            "gpu_fault",
+            "note",
+            f"{gpu0}: Xid 13 — {x13} was already set at start "
+            "(DCGM exporter 0; time unknown, not counted as a run fault)",
+        ),
+        (
+            "gpu_fault",
+            "failed",
+            f"{gpu0}: Xid 13 — {x13}, seen 4.0 s into the run (DCGM exporter 0)",
+        ),
+        (
+            "gpu_fault",
+            "failed",
+            f"{gpu1}: Xid 31 — {x31}, seen 4.0 s into the run (DCGM exporter 0)",
+        ),
+        (
+            "gpu_fault",
+            "failed",
+            f"{gpu0}: Xid 43 — {x43}, seen 5.0 s into the run (DCGM exporter 0)",
+        ),
+    ]
+
+    def summary(i: int, last: int, xids: list[tuple[float, int, str, bool]]) -> dict[str, Any]:
+        return ident(i) | {
+            "uuid": f"GPU-{i}",
+            "min_free_mib": 1000.0 - 10 * i,
+            "max_used_mib": None,
+            "max_temp_c": 40.0 + i,
+            "max_power_w": 300.0 if i else None,
+            "last_xid": last,
+            "xid_events": [
+                {"t_s": t, "xid": x, "meaning": m, "already_set": a} for t, x, m, a in xids
+            ],
+            "xid_events_dropped": 0,
+            "ecc_new": None,
+            "remapped_rows_new": None,
+            "remap_failed": None,
+            "throttle_seen": ["hw thermal" if i else "gpu idle"],
+            "samples": 5,
+            "scrape_errors": 0,
+        }
+
+    expected_summary = [
+        summary(0, 43, [(1.0, 13, x13, True), (4.0, 13, x13, False), (5.0, 43, x43, False)]),
+        summary(1, 31, [(4.0, 31, x31, False)]),
+    ]
+    assert watch.summary() == expected_summary
+    assert [list(s) for s in watch.summary()] == [list(s) for s in expected_summary]
+
+    def view(i: int, last: int, faults: int) -> dict[str, Any]:
+        return ident(i) | {
+            "status": "ok",
+            "t": 5.0,
+            "memory_free_mib": 1000.0 - 10 * i,
+            "memory_used_mib": None,
+            "memory_total_mib": None,
+            "util_percent": None,
+            "temperature_c": 40.0 + i,
+            "power_w": 300.0 if i else None,
+            "power_limit_w": None,
+            "sm_clock_mhz": None,
+            "throttle": ["hw thermal" if i else "gpu idle"],
+            "last_xid": last,
+            "faults": faults,
+        }
+
+    expected_view = [view(0, 43, 3), view(1, 31, 1)]
+    assert watch.view() == expected_view
+    assert [list(v) for v in watch.view()] == [list(v) for v in expected_view]
+    expected_identity = [ident(i) | {"uuid": f"GPU-{i}", "source": "dcgm"} for i in (0, 1)]
+    assert watch.identity() == expected_identity
+    assert [list(v) for v in watch.identity()] == [list(v) for v in expected_identity]
     await watch.stop()
