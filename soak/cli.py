@@ -55,6 +55,7 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--server-log": {"type": Path, "action": "append", "dest": "server_log", "metavar": "PATH"},
     "--server-log-cmd": {"action": "append", "dest": "server_log_cmd", "metavar": "CMD"},
     "--dcgm": {"action": "append", "dest": "dcgm", "metavar": "URL"},
+    "--no-nvml": {"action": "store_const", "const": False, "dest": "nvml"},
 }
 
 
@@ -63,7 +64,10 @@ def _field_help(dest: str) -> str | None:
     return f.description if f else None
 
 
-_FLAG_HELP = {"--no-gates": "run no contract gates (same as --gates '')"}
+_FLAG_HELP = {
+    "--no-gates": "run no contract gates (same as --gates '')",
+    "--no-nvml": "do not read this host's GPUs through NVML",
+}
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -204,6 +208,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         "endpoints": ["http://127.0.0.1:1"],
         "model": "placeholder",
         "dcgm": ["http://127.0.0.1:1/metrics"],  # the simulated engine always exports DCGM
+        "nvml": False,  # its GPUs are simulated; this host's real ones would only confuse
     }
     try:  # validate before starting anything: a bad value never leaves a process behind
         load_config(values, base=base)

@@ -118,6 +118,9 @@ class RunConfig(BaseModel):
     """Tasks of each suite per canary round (rotating through the suite)."""
     thresholds: list[str] = Field(default_factory=list)
     """k6-style pass/fail criteria, e.g. ttft.p99<2s, error_rate==0, e2e.p99<20s,abort."""
+    nvml: bool = True
+    """Read this host's GPUs through NVML (memory, utilisation, temperature, power,
+    throttling, Xid and ECC events); without an NVIDIA driver it says "unavailable" once."""
     dcgm: list[str] = Field(default_factory=list)
     """DCGM exporter /metrics URLs (one per GPU node): GPU memory, utilisation, temperature,
     power, throttling, Xid and ECC faults."""
@@ -166,7 +169,7 @@ class RunConfig(BaseModel):
         from soak.thresholds import ThresholdError, parse_thresholds
 
         try:
-            parse_thresholds(self.thresholds, gpu_telemetry=bool(self.dcgm))
+            parse_thresholds(self.thresholds, gpu_telemetry=self.gpu_telemetry)
         except ThresholdError as e:
             raise ValueError(f"thresholds: {e}") from None
         return self
@@ -190,6 +193,11 @@ class RunConfig(BaseModel):
         if self.prompts is not None and not self.prompts.is_file():
             raise ValueError(f"prompts file {str(self.prompts)!r} does not exist")
         return self
+
+    @property
+    def gpu_telemetry(self) -> bool:
+        """Whether the run has a GPU source (so gpu.* thresholds can have data)."""
+        return self.nvml or bool(self.dcgm)
 
     def public_dict(self) -> dict[str, Any]:
         """The config as written to the run directory (redacted when asked)."""

@@ -19,6 +19,7 @@ from probes.host import fd_soft_limit
 from soak import __version__
 from soak.fault_watch import fault_reasons
 from soak.gate_session import gates_from_journal, probe_accounting
+from soak.gpu_sources import gpu_entries, gpu_source_status
 from soak.journal import sha256_file
 from soak.reconcile import overall, reconcile, reconcile_gates
 from soak.record import (
@@ -93,7 +94,7 @@ def build_identity(runner: Runner) -> Identity:
         soaktop_version=__version__,
         host=host,
         clock=dict(runner.clock),
-        gpus=runner.gpus.identity() if runner.gpus is not None else [],
+        gpus=[g for src in runner.gpu_sources for g in src.identity()],
     )
 
 
@@ -171,8 +172,9 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     telemetry: dict[str, Any] = {"engines": runner.engines.summary()} if runner.engines else {}
     if runner.faults is not None:
         telemetry |= runner.faults.summary()
-    if runner.gpus is not None:
-        telemetry["gpus"] = runner.gpus.summary()
+    if runner.gpu_sources:
+        telemetry["gpus"] = gpu_entries(runner.gpu_sources, "summary")
+        telemetry["gpu_sources"] = gpu_source_status(runner.gpu_sources)
     watch = runner.threshold_watch
     final_thresholds = evaluate(
         watch.thresholds, metrics_from_record(load, telemetry), record_source(load)
@@ -203,7 +205,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
                 for msg in runner.internal_errors
             ]
             + fault_reasons(telemetry)
-            + (runner.gpus.fault_reasons() if runner.gpus is not None else [])
+            + [r for src in runner.gpu_sources for r in src.fault_reasons()]
             + _threshold_reasons(runner, load, final_thresholds),
         )
     )

@@ -40,9 +40,11 @@ from soak.events import EventLog
 from soak.fault_watch import FaultWatch
 from soak.finalize import build_identity, finalize_run
 from soak.gate_session import GateSession
+from soak.gpu_sources import gpu_entries
 from soak.gpu_watch import GpuWatch
 from soak.identity import count_tokens, probe_all
 from soak.journal import JsonlWriter, request_line
+from soak.nvml_watch import NvmlWatch
 from soak.record import EXIT_USAGE, EndpointIdentity, PhaseSpan, write_atomic
 from soak.redact import Redactor
 from soak.runid import create_run_dir, make_run_id
@@ -98,7 +100,7 @@ class Runner:
         self.counters_after: list[EngineSample] | None = None
         self.gates: GateSession | None = None
         self.faults: FaultWatch | None = None
-        self.gpus: GpuWatch | None = None
+        self.gpu_sources: list[GpuWatch | NvmlWatch] = []
         self.gate_counters: dict[str, tuple[list[EngineSample], list[EngineSample]]] = {}
         """Engine counters at the start and end of each gate phase (reconciliation)."""
         self.before_blocked = False
@@ -107,7 +109,7 @@ class Runner:
         self._canary_task: asyncio.Task[None] | None = None
         self._canary_stop = asyncio.Event()
         self.threshold_watch = ThresholdWatch(
-            parse_thresholds(config.thresholds, gpu_telemetry=bool(config.dcgm))
+            parse_thresholds(config.thresholds, gpu_telemetry=config.gpu_telemetry)
         )
         self.threshold_abort: Threshold | None = None
         """The abort_on_fail threshold that stopped the load early, if one did."""
@@ -273,7 +275,7 @@ class Runner:
             gates=self.gates.view() if self.gates else {},
             telemetry=(
                 ({"engines": self.engines.view()} if self.engines else {})
-                | ({"gpus": self.gpus.view()} if self.gpus else {})
+                | ({"gpus": gpu_entries(self.gpu_sources, "view")} if self.gpu_sources else {})
                 | (self.faults.view() if self.faults else {})
             ),
             events=self.events.take_pending(),
@@ -402,16 +404,26 @@ class Runner:
                     log_commands=[shlex.split(c) for c in self.config.server_log_cmd],
                 )
                 await self.faults.start()
-                if self.config.dcgm:
-                    self.gpus = GpuWatch(
-                        self.config.dcgm,
-                        self.origin_ns,
-                        self.telemetry,
-                        self.events,
-                        self.config.snapshot_interval_s,
-                        scrub=self.redactor.obj,
+                interval = self.config.snapshot_interval_s
+                if self.config.nvml:
+                    self.gpu_sources.append(
+                        NvmlWatch(
+                            self.origin_ns, self.telemetry, self.events, interval, self.redactor.obj
+                        )
                     )
-                    self.gpus.start()
+                if self.config.dcgm:
+                    self.gpu_sources.append(
+                        GpuWatch(
+                            self.config.dcgm,
+                            self.origin_ns,
+                            self.telemetry,
+                            self.events,
+                            interval,
+                            scrub=self.redactor.obj,
+                        )
+                    )
+                for source in self.gpu_sources:
+                    source.start()
                 if self.config.gates:
                     self.gates = self._gate_session(headers)
                     await self._gate_phase("before")
@@ -439,7 +451,7 @@ class Runner:
             for name, closer in (
                 ("engine watch", self.engines.stop if self.engines else None),
                 ("fault watch", self.faults.stop if self.faults else None),
-                ("GPU watch", self.gpus.stop if self.gpus else None),
+                *((f"GPU source {i}", src.stop) for i, src in enumerate(self.gpu_sources)),
                 ("gates", self.gates.aclose if self.gates else None),
             ):
                 if closer is not None:

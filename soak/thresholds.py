@@ -99,8 +99,8 @@ at parse time: a long soak must not end INVALID for a threshold known up front t
 uncheckable. Turning GPU telemetry on is this one line."""
 
 _NO_GPU_TELEMETRY = (
-    "gpu.* thresholds need a GPU telemetry source: give --dcgm URL (a DCGM exporter's "
-    "/metrics); local NVML is not built yet"
+    "gpu.* thresholds need a GPU telemetry source: keep NVML on (the default; --no-nvml "
+    "turns it off) or give --dcgm URL (a DCGM exporter's /metrics)"
 )
 _RECORD_ONLY = "soaktop keeps it only in the record, not in the live histograms"
 
@@ -235,7 +235,7 @@ def describe_metrics() -> list[str]:
 
 def _note(m: MetricInfo) -> str:
     if m.needs_gpu_telemetry:
-        return " [needs GPU telemetry: --dcgm URL]"
+        return " [needs GPU telemetry: NVML or --dcgm URL]"
     return "" if m.live else " [end only: no live figure, so no ,abort]"
 
 

@@ -131,7 +131,8 @@ def _check_thresholds(rec: RunRecord, again: LoadSummary | None, problems: list[
     """The final threshold states, recomputed from the config and the record's figures."""
     try:
         thresholds = parse_thresholds(
-            list(rec.config.get("thresholds") or []), gpu_telemetry=bool(rec.config.get("dcgm"))
+            list(rec.config.get("thresholds") or []),
+            gpu_telemetry=bool(rec.config.get("nvml", True) or rec.config.get("dcgm")),
         )
     except ThresholdError as e:
         problems.append(f"config.thresholds cannot be parsed: {e}")

@@ -162,8 +162,8 @@ def test_gpu_thresholds_are_refused_up_front_without_a_gpu_source(expr):
     with pytest.raises(ThresholdError) as info:
         parse_threshold(expr)
     assert str(info.value) == (
-        f"threshold {expr!r}: gpu.* thresholds need a GPU telemetry source: give --dcgm URL "
-        "(a DCGM exporter's /metrics); local NVML is not built yet"
+        f"threshold {expr!r}: gpu.* thresholds need a GPU telemetry source: keep NVML on "
+        "(the default; --no-nvml turns it off) or give --dcgm URL (a DCGM exporter's /metrics)"
     )
     assert parse_threshold(expr, gpu_telemetry=True).metric == expr.split("<")[0].split(">")[0]
 
@@ -196,7 +196,7 @@ def test_every_live_metric_has_a_live_figure_and_no_other_does():
 def test_metric_descriptions_say_which_are_end_only_or_unavailable():
     lines = {line.split()[0]: line for line in describe_metrics()}
     assert "end only" in lines["ttfb.p99"] and "end only" in lines["engine.preemptions"]
-    assert "needs GPU telemetry: --dcgm URL" in lines["gpu.min_free_mib"]
+    assert "needs GPU telemetry: NVML or --dcgm URL" in lines["gpu.min_free_mib"]
     assert "end only" not in lines["ttft.p99"]
 
 

@@ -178,8 +178,8 @@ def test_bad_gate_configuration_is_refused_before_anything_runs(sim, tmp_path):
     rc, text = run_soaktop(*run_args(sim, out, "--threshold", "ttft.p98<2s"))
     assert rc == 2 and "unknown statistic 'p98'" in text, text
     # a threshold that cannot be checked is refused up front, not after a 2-hour soak
-    rc, text = run_soaktop(*run_args(sim, out, "--threshold", "gpu.min_free_mib>2048"))
-    assert rc == 2 and "need a GPU telemetry source: give --dcgm URL" in text, text
+    rc, text = run_soaktop(*run_args(sim, out, "--no-nvml", "--threshold", "gpu.min_free_mib>2048"))
+    assert rc == 2 and "need a GPU telemetry source" in text and "--dcgm URL" in text, text
     rc, text = run_soaktop(*run_args(sim, out, "--threshold", "ttfb.p99<1s,abort"))
     assert rc == 2 and "ttfb.p99" in text, text
     assert not out.exists()
@@ -284,3 +284,24 @@ def test_an_api_key_printed_in_the_server_log_never_reaches_the_run_directory(si
     for path in run_dir.rglob("*"):
         if path.is_file():
             assert secret not in path.read_text(errors="replace"), path
+
+
+def test_without_an_nvidia_driver_nvml_says_unavailable_once_and_gpu_thresholds_have_no_data(
+    sim, tmp_path
+):
+    """This machine has no GPU: the NVML source must say so once and invent nothing."""
+    out = tmp_path / "runs"
+    rc, text = run_soaktop(
+        *run_args(sim, out, "--max-requests", "6", "--concurrency", "2", "--max-tokens", "4"),
+        *("--threshold", "gpu.min_free_mib>1"),
+    )
+    run_dir = only_run_dir(out)
+    rec = record(run_dir)
+    nvml = [e for e in journal(run_dir, "events.jsonl") if "NVML" in e["message"]]
+    assert len(nvml) == 1 and "unavailable" in nvml[0]["message"], nvml
+    (src,) = rec["telemetry"]["gpu_sources"]
+    assert src["source"] == "nvml" and src["status"] == "unavailable" and src["gpus"] == 0
+    assert rec["telemetry"]["gpus"] == [] and rec["identity"]["gpus"] == []
+    # no GPU figures were invented: the threshold had no data, so the run cannot pass
+    assert rc == 3 and rec["status"] == "INVALID", text
+    assert rec["thresholds"][0]["state"] == "no_data"
