@@ -63,8 +63,12 @@ class FaultWatch:
         interval_s: float = 1.0,
         log_files: list[Path] | None = None,
         log_commands: list[list[str]] | None = None,
+        keep_lines: bool = True,
     ) -> None:
         self.endpoints = endpoints
+        self.keep_lines = keep_lines
+        """False with --redact: a log line may hold paths and hostnames that cannot all be
+        recognised, so only the classified summary is written."""
         self.events = events
         self.now_s = now_s
         self.interval_s = interval_s
@@ -130,6 +134,7 @@ class FaultWatch:
                 self.events.emit("warning", cmd.exit_message or "log command ended", "warning")
 
     def _fault(self, src: _LogSource, fault: LogFault) -> None:
+        line = fault.line if self.keep_lines else "<line not kept: --redact>"
         n = src.faults.get(fault.kind, 0) + 1
         src.faults[fault.kind] = n
         t = self.now_s()
@@ -138,7 +143,7 @@ class FaultWatch:
                 "t_s": round(t, 3),
                 "severity": fault.severity,
                 "summary": fault.summary,
-                "line": fault.line,
+                "line": line,
             }
         if n <= FAULT_EVENTS_PER_KIND:
             self.events.emit(
@@ -147,7 +152,7 @@ class FaultWatch:
                 fault.severity,
                 fault=fault.kind,
                 replica=src.replica,
-                line=fault.line,
+                line=line,
             )
 
     async def stop(self) -> None:

@@ -402,6 +402,7 @@ class Runner:
                     self.config.snapshot_interval_s,
                     log_files=list(self.config.server_log),
                     log_commands=[shlex.split(c) for c in self.config.server_log_cmd],
+                    keep_lines=not self.config.redact,
                 )
                 await self.faults.start()
                 interval = self.config.snapshot_interval_s
