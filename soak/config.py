@@ -105,7 +105,7 @@ class RunConfig(BaseModel):
     probe_concurrency: int = Field(4, ge=1, le=64)
     """Probes in flight at once during a gate phase."""
     probe_timeout_s: float = Field(120.0, gt=0)
-    """Longest time one probe request may take."""
+    """Longest time one probe may take, all its requests together."""
     probe_expected: bool = False
     """Also check the suites' expected values (only for capable models)."""
     probe_evidence: Literal["failures", "all"] = "failures"
@@ -113,7 +113,7 @@ class RunConfig(BaseModel):
     all (to re-check every verdict from the raw answers)."""
     canary_interval_s: float | None = Field(300.0, gt=0)
     """During the load, every this many seconds a small sample of the suites runs beside
-    the workers (0 or unset: no canaries)."""
+    the workers (default 300; 0: no canaries)."""
     canary_tasks: int = Field(2, ge=1)
     """Tasks of each suite per canary round (rotating through the suite)."""
     thresholds: list[str] = Field(default_factory=list)
