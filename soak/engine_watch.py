@@ -19,7 +19,6 @@ scrapes and settled counters are journaled but stay out of the load's figures).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -28,6 +27,7 @@ import httpx
 
 from probes.engine_metrics import EngineSample, scrape, server_latency
 from soak.journal import JsonlWriter
+from soak.periodic import every
 
 _PEAKS = ("running", "waiting", "kv_usage")
 _SERVER_LATENCIES = {"server_ttft_s": "ttft", "server_e2e_s": "e2e", "server_queue_s": "queue"}
@@ -48,6 +48,8 @@ class EngineWatch:
         self.endpoints = endpoints
         self._scrub = scrub
         self.interval_s = interval_s
+        self.loop_errors: list[str] = []
+        """Unexpected exceptions of the periodic loop (soaktop bugs: the run is INVALID)."""
         self._origin_ns = origin_ns
         self._journal = journal
         self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(5.0))
@@ -110,10 +112,7 @@ class EngineWatch:
                     peaks[key] = v
 
     async def _run(self) -> None:
-        while True:
-            start = time.monotonic()
-            await self.scrape_all()
-            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - start)))
+        await every(self.interval_s, self.scrape_all, "engine watch", self.loop_errors)
 
     def start(self) -> None:
         """Begin periodic scraping on the running loop."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ import httpx
 from probes.health import HealthTracker, check_health
 from probes.server_log import CommandFollower, LogFault, LogFollower, classify
 from soak.events import EventLog
+from soak.periodic import every
 from soak.record import Reason
 
 FAULT_EVENTS_PER_KIND = 5
@@ -64,7 +64,11 @@ class FaultWatch:
         log_files: list[Path] | None = None,
         log_commands: list[list[str]] | None = None,
         keep_lines: bool = True,
+        scrub: Callable[[str], str] = lambda s: s,
     ) -> None:
+        self._scrub = scrub
+        """Secrets (always) and endpoint names (--redact) out of summaries and lines."""
+        self.loop_errors: list[str] = []
         self.endpoints = endpoints
         self.keep_lines = keep_lines
         """False with --redact: a log line may hold paths and hostnames that cannot all be
@@ -101,13 +105,15 @@ class FaultWatch:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="fault-watch")
 
     async def _run(self) -> None:
-        while True:
-            start = time.monotonic()
-            await self.tick()
-            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - start)))
+        await every(self.interval_s, self.tick, "fault watch", self.loop_errors)
 
     async def tick(self) -> None:
-        """One round: every endpoint's /health, then every log."""
+        """One round: every log, then every endpoint's /health."""
+        self.poll_logs()
+        await self.check_health()
+
+    async def check_health(self) -> None:
+        """``/health`` of every endpoint; a change of state is an event."""
         for i, base in enumerate(self.endpoints):
             sample = await check_health(self._client, base, t=self.now_s(), timeout_s=5.0)
             if not sample.ok:
@@ -123,6 +129,9 @@ class FaultWatch:
                     state=change.state,
                     down_for_s=change.down_for_s,
                 )
+
+    def poll_logs(self) -> None:
+        """New lines of every log; each classified fault line is an event."""
         for src in self.logs:
             for line in src.poll():
                 src.lines += 1
@@ -134,7 +143,8 @@ class FaultWatch:
                 self.events.emit("warning", cmd.exit_message or "log command ended", "warning")
 
     def _fault(self, src: _LogSource, fault: LogFault) -> None:
-        line = fault.line if self.keep_lines else "<line not kept: --redact>"
+        line = self._scrub(fault.line) if self.keep_lines else "<line not kept: --redact>"
+        summary = self._scrub(fault.summary)
         n = src.faults.get(fault.kind, 0) + 1
         src.faults[fault.kind] = n
         t = self.now_s()
@@ -142,13 +152,13 @@ class FaultWatch:
             src.first[fault.kind] = {
                 "t_s": round(t, 3),
                 "severity": fault.severity,
-                "summary": fault.summary,
+                "summary": summary,
                 "line": line,
             }
         if n <= FAULT_EVENTS_PER_KIND:
             self.events.emit(
                 "fault",
-                f"{src.label}: {fault.summary}",
+                f"{src.label}: {summary}",
                 fault.severity,
                 fault=fault.kind,
                 replica=src.replica,
@@ -160,14 +170,19 @@ class FaultWatch:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        with contextlib.suppress(TimeoutError, httpx.HTTPError):
-            await asyncio.wait_for(self.tick(), timeout=5.0)
-        await self._client.aclose()
-        for src in self.logs:
-            if src.file is not None:
-                src.file.close()
-            elif src.command is not None:
-                await src.command.close()
+        try:
+            # The logs first: a crash's last lines must reach the verdict even when a hung
+            # endpoint would use up the health check's time.
+            self.poll_logs()
+            with contextlib.suppress(TimeoutError, httpx.HTTPError):
+                await asyncio.wait_for(self.check_health(), timeout=5.0)
+        finally:
+            await self._client.aclose()
+            for src in self.logs:
+                if src.file is not None:
+                    src.file.close()
+                elif src.command is not None:
+                    await src.command.close()
 
     def view(self) -> dict[str, Any]:
         """Latest health per endpoint and fault counts per log, for the snapshot."""

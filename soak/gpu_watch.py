@@ -33,7 +33,6 @@ GPU UUIDs and hostnames pass through ``scrub`` (the redactor) before anything is
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -44,6 +43,7 @@ from probes.dcgm import DcgmSample, scrape_dcgm
 from soak.events import EventLog
 from soak.gpu_ledger import GpuLedger, GpuState
 from soak.journal import JsonlWriter
+from soak.periodic import every
 from soak.record import Reason
 
 _Key = tuple[int, str | None, int | None, str | None]
@@ -65,6 +65,8 @@ class GpuWatch:
     ) -> None:
         self.urls = urls
         self.interval_s = interval_s
+        self.loop_errors: list[str] = []
+        """Unexpected exceptions of the periodic loop (soaktop bugs: the run is INVALID)."""
         self._origin_ns = origin_ns
         self._journal = journal
         self._events = events
@@ -89,10 +91,7 @@ class GpuWatch:
         return out
 
     async def _run(self) -> None:
-        while True:
-            start = time.monotonic()
-            await self.scrape_all()
-            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - start)))
+        await every(self.interval_s, self.scrape_all, "GPU watch (DCGM)", self.loop_errors)
 
     def start(self) -> None:
         """Begin periodic scraping on the running loop."""
@@ -172,12 +171,18 @@ class GpuWatch:
         for g in self._ledger.gpus.values():
             if g.tag["url_index"] == i and g.key not in seen and g.status == "ok":
                 g.status = "missing"
-                self._events.emit(
-                    "warning",
+                # A GPU that falls off the bus (Xid 79) usually takes its Xid gauge with it:
+                # this is the only sign of it here, so it fails the run like NVML's "lost".
+                msg = (
                     f"{self._ledger.label(g)}: no longer in DCGM exporter {i}'s output "
-                    "(GPU lost or exporter reconfigured)",
-                    "error",
-                    **self._ledger.data(g),
+                    "(GPU lost or exporter reconfigured)"
+                )
+                self._ledger.fault(
+                    g,
+                    msg,
+                    "critical",
+                    reason=f"{msg}, {s.t:.0f} s into the run",
+                    effect="failed",
                 )
 
     # -- outputs -------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from probes.nvml import (
 from soak.events import EventLog
 from soak.gpu_ledger import GpuLedger, GpuState
 from soak.journal import JsonlWriter
+from soak.periodic import every
 from soak.record import Reason
 
 _T = TypeVar("_T")
@@ -135,6 +136,8 @@ class NvmlWatch:
         reader: NvmlReader | None = None,
     ) -> None:
         self.interval_s = interval_s
+        self.loop_errors: list[str] = []
+        """Unexpected exceptions of the periodic loop (soaktop bugs: the run is INVALID)."""
         self.open_timeout_s = open_timeout_s
         self.stall_warn_s = stall_warn_s
         self.xid_poll_s = xid_poll_s
@@ -274,10 +277,7 @@ class NvmlWatch:
         self._drain_task = asyncio.get_running_loop().create_task(
             self._drain_loop(), name="nvml-xid-drain"
         )
-        while True:
-            start = time.monotonic()
-            await self.sample()
-            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - start)))
+        await every(self.interval_s, self.sample, "GPU watch (NVML)", self.loop_errors)
 
     async def _drain_loop(self) -> None:
         while True:

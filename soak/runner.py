@@ -403,6 +403,7 @@ class Runner:
                     log_files=list(self.config.server_log),
                     log_commands=[shlex.split(c) for c in self.config.server_log_cmd],
                     keep_lines=not self.config.redact,
+                    scrub=self.redactor.text,
                 )
                 await self.faults.start()
                 interval = self.config.snapshot_interval_s
@@ -457,6 +458,9 @@ class Runner:
             ):
                 if closer is not None:
                     await self._close_quietly(name, closer)
+            for watcher in (self.engines, self.faults, *self.gpu_sources):
+                if watcher is not None:
+                    self.internal_errors += watcher.loop_errors
         return finalize_run(self, self.load_timing())
 
     async def _close_quietly(self, name: str, closer: Callable[[], Awaitable[None]]) -> None:
