@@ -143,19 +143,20 @@ def _threshold_reasons(
     """Threshold reasons; when no load was measured (before gates failed, preflight, an
     abort before the barrier) the verdict already says why, and a threshold that had
     nothing to judge is a note, not an INVALID that would hide a server's FAILED."""
-    reasons = threshold_reasons(final, runner.threshold_watch.states, runner.threshold_abort)
-    if load is not None and load.barrier_released:
-        return reasons
-    return [
-        Reason(
-            code="threshold_not_evaluated",
-            effect="note",
-            message=f"threshold {r.message.split(' ', 2)[1]} was not evaluated: no load ran",
-        )
-        if r.code == "threshold_no_data"
-        else r
-        for r in reasons
-    ]
+    notes: list[Reason] = []
+    if load is None or not load.barrier_released:
+        notes = [
+            Reason(
+                code="threshold_not_evaluated",
+                effect="note",
+                message=f"threshold {st.condition} was not evaluated: no load ran",
+            )
+            for st in final
+            if st.state == "no_data"
+        ]
+        final = [st for st in final if st.state != "no_data"]
+    live, abort = runner.threshold_watch.states, runner.threshold_abort
+    return threshold_reasons(final, live, abort) + notes
 
 
 def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
