@@ -89,6 +89,8 @@ class LoadGenerator:
         self._all_ready = asyncio.Event()
         self._release = asyncio.Event()
         self._stop = asyncio.Event()
+        self._issuing = asyncio.Event()
+        self._issuing.set()  # cleared while the operator pauses issuing
         self.tasks: list[asyncio.Task[None]] = []
         self._ready_or_failed = 0
         self.on_issue_end: Callable[[], None] | None = None
@@ -198,6 +200,29 @@ class LoadGenerator:
             self.stop_issuing("request count reached")
         return seq
 
+    def pause(self) -> None:
+        """Stop issuing new requests until :meth:`resume` (in-flight ones go on). The
+        issue window's clock keeps running: a pause is part of the window, recorded."""
+        self._issuing.clear()
+
+    def resume(self) -> None:
+        """Issue again after :meth:`pause`."""
+        self._issuing.set()
+
+    @property
+    def paused(self) -> bool:
+        """True between :meth:`pause` and :meth:`resume`."""
+        return not self._issuing.is_set()
+
+    async def _wait_while_paused(self) -> None:
+        resume = asyncio.ensure_future(self._issuing.wait())
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({resume, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            resume.cancel()
+            stop.cancel()
+
     async def _worker(self, index: int) -> None:
         base = self.plan.endpoints[index % len(self.plan.endpoints)]
         try:
@@ -214,7 +239,11 @@ class LoadGenerator:
         url = base + self._bodies.path
         prefix = self.plan.request_id_prefix
         fast_failures = 0
-        while (seq := self._next_seq()) is not None:
+        while True:
+            if not self._issuing.is_set():
+                await self._wait_while_paused()
+            if (seq := self._next_seq()) is None:
+                break
             prompt = self._pool.pick(seq)
             body = self._bodies.build(self._pool.text_for(seq, prompt))
             result = RequestResult(

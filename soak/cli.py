@@ -1,7 +1,11 @@
-"""The ``soaktop`` command line: run, demo, sim, verify, recover.
+"""The ``soaktop`` command line: run, demo, attach, view, sim, verify, recover.
 
 Exit codes (DESIGN.md §6): 0 passed, 1 failed, 2 usage or configuration error,
 3 invalid, 4 aborted. ``verify`` exits 0 when the record agrees with its journals, else 1.
+
+The headless core never imports the Textual monitor: the ``soaktop`` console script is
+``tui.entry:main``, which hands a frontend factory to :func:`main` here. Without one
+(``python -m soak``) everything runs headless.
 """
 
 from __future__ import annotations
@@ -11,11 +15,42 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from soak import __version__
 from soak.config import ConfigError, RunConfig, load_config
 from soak.record import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from soak.spawn import RunnerHandle
+
+
+class Frontend(Protocol):
+    """The live monitor (``tui.frontend.TuiFrontend``) as the CLI sees it."""
+
+    def follow(self, handle: RunnerHandle, interval_s: float, detach_allowed: bool) -> int:
+        """Show a runner this process started until the run ends or the operator detaches."""
+        ...
+
+    def attach(self, run_dir: Path) -> int:
+        """Show a runner started elsewhere (a finished run: replay it)."""
+        ...
+
+    def view(self, run_dir: Path) -> int:
+        """Replay a finished run."""
+        ...
+
+
+class FrontendFactory(Protocol):
+    """Builds the frontend from the display flags."""
+
+    def __call__(
+        self, theme: str | None = None, ascii: bool | None = None, refresh_s: float | None = None
+    ) -> Frontend: ...
+
+
+_UI: FrontendFactory | None = None
+"""Set by :func:`main` when the console script provides the Textual monitor."""
 
 # CLI flag → RunConfig field, for the flags shared by `run` and `demo`.
 _COMMON_FLAGS: dict[str, dict[str, Any]] = {
@@ -56,6 +91,36 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--server-log-cmd": {"action": "append", "dest": "server_log_cmd", "metavar": "CMD"},
     "--dcgm": {"action": "append", "dest": "dcgm", "metavar": "URL"},
     "--no-nvml": {"action": "store_const", "const": False, "dest": "nvml"},
+    "--reconcile": {"dest": "reconcile", "choices": ["report", "strict"]},
+    "--ignore-xid": {
+        "type": lambda v: [int(x) for x in v.split(",") if x.strip()],
+        "action": "extend",
+        "dest": "ignore_xid",
+        "metavar": "N[,N]",
+    },
+    "--server-pid": {"type": int, "action": "append", "dest": "server_pid", "metavar": "PID"},
+    "--telemetry-interval": {"type": float, "dest": "telemetry_interval_s", "metavar": "S"},
+    "--max-client-cpu": {"type": float, "dest": "max_client_cpu_percent", "metavar": "PCT"},
+    "--max-loop-lag": {"type": float, "dest": "max_loop_lag_s", "metavar": "S"},
+}
+
+# Display flags: the monitor's, never part of the run's configuration.
+_DISPLAY_FLAGS: dict[str, dict[str, Any]] = {
+    "--theme": {
+        "help": "monitor theme: dark, light, high-contrast, ansi or a user theme "
+        "(default: $SOAKTOP_THEME or dark)"
+    },
+    "--ascii": {
+        "action": "store_const",
+        "const": True,
+        "help": "no Unicode box, bar or chart glyphs (default: auto from the locale)",
+    },
+    "--refresh": {
+        "type": float,
+        "dest": "refresh_s",
+        "metavar": "S",
+        "help": "monitor refresh interval (raise it on slow links; default 0.5)",
+    },
 }
 
 
@@ -73,6 +138,12 @@ _FLAG_HELP = {
 def _add_common(p: argparse.ArgumentParser) -> None:
     for flag, kw in _COMMON_FLAGS.items():
         p.add_argument(flag, default=None, help=_FLAG_HELP.get(flag, _field_help(kw["dest"])), **kw)
+    _add_display(p)
+
+
+def _add_display(p: argparse.ArgumentParser) -> None:
+    for flag, kw in _DISPLAY_FLAGS.items():
+        p.add_argument(flag, default=None, **kw)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,6 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
     # Listed for --help only: main() hands `sim ...` to the simulated engine's own parser.
     sub.add_parser("sim", help="run the simulated engine (see: soaktop sim --help)")
 
+    attach = sub.add_parser("attach", help="re-open the monitor of a run that goes on")
+    attach.add_argument("run_dir", type=Path)
+    _add_display(attach)
+    view = sub.add_parser("view", help="replay a finished run in the monitor")
+    view.add_argument("run_dir", type=Path)
+    _add_display(view)
+
     verify = sub.add_parser("verify", help="recompute a record from its journals")
     verify.add_argument("run_dir", type=Path)
     recover = sub.add_parser("recover", help="write the record of a runner that died")
@@ -143,24 +221,30 @@ def _cli_values(ns: argparse.Namespace) -> dict[str, Any]:
     return {k: getattr(ns, k) for k in keys if hasattr(ns, k)}
 
 
-def _headless(cfg: RunConfig) -> bool:
-    if cfg.headless:
-        return True
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        return True  # CI, a pipe, nohup: the TUI is never started
-    print(
-        "soaktop: the live Textual monitor is not built yet; running headless.",
-        file=sys.stderr,
+def _terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _frontend(ns: argparse.Namespace, headless: bool = False) -> Frontend | None:
+    """The monitor, when there is one and a terminal to show it on (CI, a pipe or nohup
+    never start it)."""
+    if headless or _UI is None or not _terminal():
+        return None
+    return _UI(
+        theme=getattr(ns, "theme", None),
+        ascii=getattr(ns, "ascii", None),
+        refresh_s=getattr(ns, "refresh_s", None),
     )
-    return True
 
 
-def launch(cfg: RunConfig, detach_on_hup: bool = True) -> tuple[int, Path | None]:
-    """Start the runner and follow it headless: (exit code, run directory if one was made)."""
+def launch(
+    cfg: RunConfig, detach_on_hup: bool = True, ui: Frontend | None = None
+) -> tuple[int, Path | None]:
+    """Start the runner and follow it, in the monitor when ``ui`` is given, else with
+    status lines: (exit code, run directory if one was made)."""
     from soak.headless import follow
     from soak.spawn import RunnerStartError, start_runner
 
-    _headless(cfg)
     pending: list[int] = []  # signals that arrive while the runner is starting
 
     def hold(signum: int, _frame: object) -> None:
@@ -177,6 +261,11 @@ def launch(cfg: RunConfig, detach_on_hup: bool = True) -> tuple[int, Path | None
     for signum in pending:
         if not (signum == signal.SIGHUP and detach_on_hup):
             handle.signal(signum)
+    if ui is not None:
+        if not detach_on_hup:
+            # The demo's engine dies with this process: a hang-up stops the run cleanly.
+            signal.signal(signal.SIGHUP, lambda _s, _f: handle.signal(signal.SIGTERM))
+        return ui.follow(handle, cfg.interval_s, detach_allowed=detach_on_hup), handle.run_dir
     return follow(handle, cfg.interval_s, detach_on_hup=detach_on_hup), handle.run_dir
 
 
@@ -187,7 +276,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"soaktop: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
-    return launch(cfg)[0]
+    return launch(cfg, ui=_frontend(ns, cfg.headless))[0]
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
@@ -237,7 +326,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 flush=True,
             )
             # The engine dies with this process, so a hang-up stops the run (no detach).
-            rc, run_dir = launch(cfg, detach_on_hup=False)
+            rc, run_dir = launch(cfg, detach_on_hup=False, ui=_frontend(ns, cfg.headless))
             if run_dir is not None:
                 keep_server_logs(sim, run_dir)
             cleanup(sim)
@@ -245,6 +334,60 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     except SimStartError as e:
         print(f"soaktop: {e}", file=sys.stderr)
         return 1
+
+
+def _run_dir_problem(run_dir: Path) -> str | None:
+    if not (run_dir / "config.json").is_file():
+        return f"{run_dir} is not a soaktop run directory (no config.json)"
+    return None
+
+
+def cmd_attach(ns: argparse.Namespace) -> int:
+    """``soaktop attach RUN_DIR``: the monitor of a run that goes on (status lines without
+    a terminal); Ctrl-C or a hang-up only detaches."""
+    from soak.headless import final_report, follow
+    from soak.record import load_record
+    from soak.spawn import AttachedRunner
+
+    if (why := _run_dir_problem(ns.run_dir)) is not None:
+        print(f"soaktop attach: {why}", file=sys.stderr)
+        return EXIT_USAGE
+    if (ui := _frontend(ns)) is not None:
+        return ui.attach(ns.run_dir)
+    handle = AttachedRunner(ns.run_dir)
+    if not handle.alive():
+        if (ns.run_dir / "record.json").exists():
+            rec = load_record(ns.run_dir)
+            print(final_report(rec, ns.run_dir))
+            return rec.exit_code
+        print(
+            f"soaktop attach: the runner of {ns.run_dir} is not running and left no record; "
+            f"finalise it with: soaktop recover {ns.run_dir}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return follow(handle, 10.0, interrupt_detaches=True)
+
+
+def cmd_view(ns: argparse.Namespace) -> int:
+    """``soaktop view RUN_DIR``: replay a finished run (its report without a terminal)."""
+    from soak.headless import final_report
+    from soak.record import load_record
+
+    if (why := _run_dir_problem(ns.run_dir)) is not None:
+        print(f"soaktop view: {why}", file=sys.stderr)
+        return EXIT_USAGE
+    if (ui := _frontend(ns)) is not None:
+        return ui.view(ns.run_dir)
+    if not (ns.run_dir / "record.json").exists():
+        print(
+            f"soaktop view: {ns.run_dir} has no record yet (still running? soaktop attach; "
+            f"a runner that died? soaktop recover)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    print(final_report(load_record(ns.run_dir), ns.run_dir))
+    return 0
 
 
 def cmd_verify(ns: argparse.Namespace) -> int:
@@ -293,8 +436,11 @@ def cmd_recover(ns: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``soaktop`` console script and ``python -m soak``."""
+def main(argv: Sequence[str] | None = None, ui: FrontendFactory | None = None) -> int:
+    """Entry point of ``python -m soak`` (headless) and, through ``tui.entry``, of the
+    ``soaktop`` console script (``ui``: the Textual monitor's factory)."""
+    global _UI
+    _UI = ui
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["sim"]:  # everything after `sim` belongs to the simulated engine's parser
         from simengine.cli import main as sim_main
@@ -304,6 +450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {
         "run": cmd_run,
         "demo": cmd_demo,
+        "attach": cmd_attach,
+        "view": cmd_view,
         "verify": cmd_verify,
         "recover": cmd_recover,
     }

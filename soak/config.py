@@ -131,6 +131,21 @@ class RunConfig(BaseModel):
     """Commands whose output is a server log, e.g. "docker logs -f --since 0s vllm" or
     "journalctl -f -u vllm" (followed like server_log)."""
 
+    reconcile: Literal["report", "strict"] = "report"
+    """Client vs server counters per phase: report (a mismatch is a note on the verdict) or
+    strict (a mismatch with no failed or cut request to explain it makes the run INVALID)."""
+    ignore_xid: list[int] = Field(default_factory=list)
+    """Xid codes that do not fail the run (still recorded), e.g. 45 (preemptive cleanup)."""
+    server_pid: list[int] = Field(default_factory=list)
+    """PIDs of server processes on this host whose CPU and memory are sampled (host telemetry)."""
+    telemetry_interval_s: float = Field(1.0, ge=0.1, le=60)
+    """Sampling interval of the engine /metrics, GPU and host sources."""
+    max_client_cpu_percent: float = Field(95.0, gt=0)
+    """Runner CPU (percent of one core, where its event loop runs) above which, held for
+    client_overload_s, the client could not keep up: the run is INVALID."""
+    client_overload_s: float = Field(10.0, gt=0)
+    """How long client CPU over max_client_cpu_percent must last to make the run INVALID."""
+
     @field_validator("endpoints")
     @classmethod
     def _check_endpoints(cls, v: list[str]) -> list[str]:
@@ -183,6 +198,16 @@ class RunConfig(BaseModel):
         except SuiteError as e:
             raise ValueError(f"gates = {','.join(self.gates)!r}: {e}") from None
         return self
+
+    @field_validator("server_pid")
+    @classmethod
+    def _check_server_pids(cls, v: list[int]) -> list[int]:
+        from soak.host_watch import check_server_pid
+
+        for pid in v:
+            if (why := check_server_pid(pid)) is not None:
+                raise ValueError(f"{pid}: {why}")
+        return v
 
     @model_validator(mode="after")
     def _check_combinations(self) -> RunConfig:
@@ -241,7 +266,15 @@ def _mask_userinfo(value: Any) -> Any:
     return value
 
 
-_LIST_FIELDS = {"endpoints", "gates", "suite_files", "server_log", "dcgm"}
+_LIST_FIELDS = {
+    "endpoints",
+    "gates",
+    "suite_files",
+    "server_log",
+    "dcgm",
+    "ignore_xid",
+    "server_pid",
+}
 # server_log_cmd: one command per variable (a command holds commas and spaces).
 
 

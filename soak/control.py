@@ -1,8 +1,9 @@
 """Operator controls through the run directory: ``control.jsonl``.
 
 Anyone who can write to the run directory (the TUI, ``soaktop`` commands, a shell over a
-new SSH session) can append ``{"cmd": "stop" | "abort" | "mark", "note": "..."}``; the
-runner reads new lines once per snapshot tick. Signals remain the other channel.
+new SSH session) can append ``{"cmd": CMD, "note": "..."}`` with CMD one of stop, abort,
+pause, resume, mark; the runner reads new lines once per snapshot tick. Signals remain the
+other channel.
 """
 
 from __future__ import annotations

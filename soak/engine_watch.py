@@ -26,10 +26,20 @@ from typing import Any
 import httpx
 
 from probes.engine_metrics import EngineSample, scrape, server_latency
+from soak.events import EventLog
+from soak.faults import when
 from soak.journal import JsonlWriter
 from soak.periodic import every
+from soak.record import Reason
 
 _PEAKS = ("running", "waiting", "kv_usage")
+_RESET_COUNTERS = (
+    "requests_finished_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "preemptions_total",
+)
+"""Counters that only grow while the server lives: one going down is a restart."""
 _SERVER_LATENCIES = {"server_ttft_s": "ttft", "server_e2e_s": "e2e", "server_queue_s": "queue"}
 
 
@@ -44,9 +54,11 @@ class EngineWatch:
         journal: JsonlWriter,
         interval_s: float = 1.0,
         scrub: Callable[[Any], Any] = lambda v: v,
+        events: EventLog | None = None,
     ) -> None:
         self.endpoints = endpoints
         self._scrub = scrub
+        self._events = events
         self.interval_s = interval_s
         self.loop_errors: list[str] = []
         """Unexpected exceptions of the periodic loop (soaktop bugs: the run is INVALID)."""
@@ -56,6 +68,14 @@ class EngineWatch:
         self._task: asyncio.Task[None] | None = None
         self.latest: list[EngineSample | None] = [None] * len(endpoints)
         self.peaks: list[dict[str, float]] = [{} for _ in endpoints]
+        self.engine_peaks: list[dict[str, dict[str, float]]] = [{} for _ in endpoints]
+        """Per endpoint, per engine behind it (``engine``/``dp_rank`` label), the peaks."""
+        self._running_sum = [0.0] * len(endpoints)
+        self._running_n = [0] * len(endpoints)
+        self.restarts: list[list[dict[str, Any]]] = [[] for _ in endpoints]
+        """Per endpoint, every counter reset seen (a server restart), with its time."""
+        self._previous: list[EngineSample | None] = [None] * len(endpoints)
+        """The last good sample of each endpoint, to notice counters going down."""
         self.scrapes = [0] * len(endpoints)
         self.errors = [0] * len(endpoints)
         self._tracking = False
@@ -101,15 +121,46 @@ class EngineWatch:
         if s.error is not None:
             self.errors[i] += 1
             return
+        self._check_restart(i, s)
+        self._previous[i] = s
         if self._tracking:
             if self.first[i] is None:
                 self.first[i] = s
             self.last[i] = s
-            peaks = self.peaks[i]
-            for key in _PEAKS:
-                v = s.values.get(key)
-                if v is not None and v > peaks.get(key, float("-inf")):
-                    peaks[key] = v
+            _raise_peaks(self.peaks[i], s.values)
+            for label, values in s.engines.items():
+                _raise_peaks(self.engine_peaks[i].setdefault(label, {}), values)
+            running = s.values.get("running")
+            if running is not None:
+                self._running_sum[i] += running
+                self._running_n[i] += 1
+
+    def _check_restart(self, i: int, s: EngineSample) -> None:
+        """A counter lower than in the previous sample: the server restarted (its counters
+        began again at zero). Recorded, and an event on the timeline."""
+        prev = self._previous[i]
+        if prev is None:
+            return
+        went_down = {
+            key: (b, a)
+            for key in _RESET_COUNTERS
+            if (b := prev.values.get(key)) is not None
+            and (a := s.values.get(key)) is not None
+            and a < b
+        }
+        if not went_down:
+            return
+        detail = ", ".join(f"{k} {b:,.0f} → {a:,.0f}" for k, (b, a) in went_down.items())
+        self.restarts[i].append({"t": s.t, "counters": sorted(went_down)})
+        if self._events is not None:
+            self._events.emit(
+                "restart",
+                f"endpoint {i}: engine counters went down ({detail}): the server restarted",
+                "critical",
+                endpoint=i,
+                t_s=s.t,
+                counters=sorted(went_down),
+            )
 
     async def _run(self) -> None:
         await every(self.interval_s, self.scrape_all, "engine watch", self.loop_errors)
@@ -172,24 +223,43 @@ class EngineWatch:
         return out
 
     def summary(self) -> list[dict[str, object]]:
-        """Per endpoint: engine, peaks during the load, scrape counts, and over the load's
-        window the preemptions and the server's latency estimates (None: not exported, or
-        no window)."""
+        """Per endpoint: engine, peaks and mean occupancy during the load (per engine too
+        when several share the endpoint), token slots, scrape counts, restarts, and over the
+        load's window the preemptions, prefix-cache and spec-decode figures and the server's
+        latency estimates (None: not exported, or no window)."""
         out: list[dict[str, object]] = []
         for i, s in enumerate(self.latest):
             peaks = self.peaks[i]
             first, last = self.first[i], self.last[i]
+            good = last or self._previous[i]
+            n = self._running_n[i]
             item: dict[str, object] = {
                 "endpoint": i,
-                "engine": s.engine if s is not None else None,
-                "max_running": peaks.get("running"),
-                "max_waiting": peaks.get("waiting"),
-                "max_kv_usage": peaks.get("kv_usage"),
+                "engine": s.engine if s is not None and s.error is None else None,
+                "running_max": peaks.get("running"),
+                "running_mean": self._running_sum[i] / n if n else None,
+                "waiting_max": peaks.get("waiting"),
+                "kv_usage_max": peaks.get("kv_usage"),
+                "token_slots": good.values.get("token_slots") if good is not None else None,
+                "cache_config": dict(good.cache_config) if good is not None else {},
                 "scrapes": self.scrapes[i],
                 "scrape_errors": self.errors[i],
+                "restarts": list(self.restarts[i]),
                 "window_s": [first.t, last.t] if first is not None and last is not None else None,
                 "preemptions": _counter_delta(first, last, "preemptions_total"),
+                "prefix_cache": _prefix_cache(first, last),
+                "spec_decode": _spec_decode(first, last),
             }
+            if self.engine_peaks[i]:
+                item["per_engine"] = [
+                    {
+                        "engine_label": label,
+                        "running_max": p.get("running"),
+                        "waiting_max": p.get("waiting"),
+                        "kv_usage_max": p.get("kv_usage"),
+                    }
+                    for label, p in sorted(self.engine_peaks[i].items())
+                ]
             for name, key in _SERVER_LATENCIES.items():
                 item[name] = (
                     server_latency(first, last, key)
@@ -198,6 +268,68 @@ class EngineWatch:
                 )
             out.append(item)
         return out
+
+
+def _raise_peaks(peaks: dict[str, float], values: dict[str, float | None]) -> None:
+    for key in _PEAKS:
+        v = values.get(key)
+        if v is not None and v > peaks.get(key, float("-inf")):
+            peaks[key] = v
+
+
+def _prefix_cache(first: EngineSample | None, last: EngineSample | None) -> dict | None:
+    """Prefix-cache hits over queries in the window (vLLM counts tokens), or the engine's
+    own hit-rate gauge at the end (SGLang). None when the engine exports neither."""
+    hits = _counter_delta(first, last, "prefix_cache_hits_total")
+    queries = _counter_delta(first, last, "prefix_cache_queries_total")
+    if hits is not None and queries is not None:
+        rate = hits / queries if queries else None
+        return {"hits": hits, "queries": queries, "hit_rate": rate, "method": "counter delta"}
+    gauge = last.values.get("prefix_cache_hit_rate") if last is not None else None
+    if gauge is not None:
+        return {"hit_rate": gauge, "method": "engine gauge at the end of the load"}
+    return None
+
+
+def _spec_decode(first: EngineSample | None, last: EngineSample | None) -> dict | None:
+    """Speculative decoding in the window: acceptance rate = accepted / draft tokens, mean
+    acceptance length = 1 + accepted / drafts (vLLM); or the engine's own acceptance gauge
+    (SGLang). None without speculative decoding."""
+    drafts = _counter_delta(first, last, "spec_decode_drafts_total")
+    draft_tokens = _counter_delta(first, last, "spec_decode_draft_tokens_total")
+    accepted = _counter_delta(first, last, "spec_decode_accepted_tokens_total")
+    if drafts is not None and draft_tokens is not None and accepted is not None:
+        return {
+            "drafts": drafts,
+            "draft_tokens": draft_tokens,
+            "accepted_tokens": accepted,
+            "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+            "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+            "method": "counter delta",
+        }
+    gauge = last.values.get("spec_accept_rate") if last is not None else None
+    if gauge is not None:
+        return {"acceptance_rate": gauge, "method": "engine gauge at the end of the load"}
+    return None
+
+
+def restart_reasons(telemetry: dict[str, Any], load_start_s: float | None = None) -> list[Reason]:
+    """A server that restarted during the run FAILS it: its counters began again, and
+    everything in flight at the time was lost. Derived from ``telemetry.engines``."""
+    out: list[Reason] = []
+    for eng in telemetry.get("engines") or []:
+        restarts = eng.get("restarts") or []
+        if restarts:
+            times = ", ".join(when(r["t"], load_start_s) for r in restarts)
+            out.append(
+                Reason(
+                    code="server_restart",
+                    effect="failed",
+                    message=f"endpoint {eng['endpoint']} restarted during the run (its "
+                    f"counters went down {times})",
+                )
+            )
+    return out
 
 
 def _counter_delta(first: EngineSample | None, last: EngineSample | None, key: str) -> float | None:

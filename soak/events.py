@@ -26,6 +26,7 @@ EventKind = Literal[
     "failures",  # aggregated failures beyond the per-class detail limit
     "warning",  # client health, missing usage, anything an operator should know
     "fault",  # GPU / engine fault (telemetry sources)
+    "restart",  # an engine's counters went down: the server restarted
     "gate",  # a probe result (gates)
     "threshold",  # a threshold breached live, or one that stopped the load
     "health",  # endpoint health changed

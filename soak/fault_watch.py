@@ -26,6 +26,7 @@ import httpx
 from probes.health import HealthTracker, check_health
 from probes.server_log import CommandFollower, LogFault, LogFollower, classify
 from soak.events import EventLog
+from soak.faults import when
 from soak.periodic import every
 from soak.record import Reason
 
@@ -215,9 +216,9 @@ class FaultWatch:
         }
 
 
-def fault_reasons(telemetry: dict[str, Any]) -> list[Reason]:
+def fault_reasons(telemetry: dict[str, Any], load_start_s: float | None = None) -> list[Reason]:
     """Critical server-log faults and /health outages fail the run; other fault lines
-    (a traceback the server survived) are notes."""
+    (a traceback the server survived) are notes. Times are relative to the load's start."""
     out: list[Reason] = []
     for src in telemetry.get("server_logs", []):
         for kind, first in src.get("first", {}).items():
@@ -227,8 +228,8 @@ def fault_reasons(telemetry: dict[str, Any]) -> list[Reason]:
                 Reason(
                     code="server_fault" if first["severity"] == "critical" else "server_log_error",
                     effect="failed" if first["severity"] == "critical" else "note",
-                    message=f"{src['source']}: {first['summary']} at {first['t_s']:.0f} s"
-                    f"{more}: {first['line'][:160]}",
+                    message=f"{src['source']}: {first['summary']} "
+                    f"{when(first['t_s'], load_start_s)}{more}: {first['line'][:160]}",
                 )
             )
     for h in telemetry.get("health", []):

@@ -17,11 +17,13 @@ from loadgen.stats import percentile
 from probes.gates import gates_json
 from probes.host import fd_soft_limit
 from soak import __version__
+from soak.engine_watch import restart_reasons
 from soak.fault_watch import fault_reasons
+from soak.faults import faults_from_events
 from soak.gate_session import gates_from_journal, probe_accounting
 from soak.gpu_sources import gpu_entries, gpu_source_status
-from soak.journal import sha256_file
-from soak.reconcile import overall, reconcile, reconcile_gates
+from soak.journal import read_jsonl, sha256_file
+from soak.reconcile import overall, reconcile, reconcile_gates, reconcile_reasons
 from soak.record import (
     EXIT_CODES,
     ClientHealth,
@@ -119,7 +121,26 @@ def client_health(runner: Runner) -> ClientHealth:
         threads_max=int(m["threads_max"]) if "threads_max" in m else None,
         open_files_max=int(m["open_files_max"]) if "open_files_max" in m else None,
         fd_limit=fd_soft_limit(),
+        cpu_over_limit_s=round(runner.host.cpu_streak.longest_s, 3),
+        in_flight_short_s=round(runner.host.short_streak.longest_s, 3),
+        in_flight_short_min=runner.host.short_min,
     )
+
+
+def _pause_notes(runner: Runner) -> list[Reason]:
+    """A pause is part of the issue window: the throughput figures include it."""
+    spans = [p for p in runner.phases if p.name == "paused"]
+    if not spans:
+        return []
+    total = sum((p.end_s or runner.now_s()) - p.start_s for p in spans)
+    return [
+        Reason(
+            code="paused",
+            effect="note",
+            message=f"the operator paused issuing {len(spans)}× for {total:.1f} s in all: "
+            "the issue window and its throughput figures include the pauses",
+        )
+    ]
 
 
 def _reconciliation(runner: Runner, load: LoadSummary | None) -> dict[str, Any]:
@@ -173,6 +194,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     telemetry: dict[str, Any] = {"engines": runner.engines.summary()} if runner.engines else {}
     if runner.faults is not None:
         telemetry |= runner.faults.summary()
+    telemetry["host"] = runner.host.summary()
     if runner.gpu_sources:
         telemetry["gpus"] = gpu_entries(runner.gpu_sources, "summary")
         telemetry["gpu_sources"] = gpu_source_status(runner.gpu_sources)
@@ -185,6 +207,8 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
         for f, live in zip(final_thresholds, watch.states or final_thresholds, strict=True)
     ]
     health = client_health(runner)
+    reconciliation = _reconciliation(runner, load)
+    load_start = load.issue_start_s if load is not None else None
     status, reasons = decide(
         Findings(
             preflight_errors=runner.preflight_errors,
@@ -193,6 +217,8 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
             health=health,
             max_failures=cfg.max_failures,
             max_loop_lag_s=cfg.max_loop_lag_s,
+            client_overload_s=cfg.client_overload_s,
+            max_client_cpu_percent=cfg.max_client_cpu_percent,
             gates=gates,
             gates_configured=list(cfg.gates),
             before_blocked=runner.before_blocked,
@@ -205,9 +231,12 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
                 )
                 for msg in runner.internal_errors
             ]
-            + fault_reasons(telemetry)
+            + fault_reasons(telemetry, load_start)
+            + restart_reasons(telemetry, load_start)
             + [r for src in runner.gpu_sources for r in src.fault_reasons()]
-            + _threshold_reasons(runner, load, final_thresholds),
+            + _threshold_reasons(runner, load, final_thresholds)
+            + reconcile_reasons(reconciliation, cfg.reconcile == "strict")
+            + _pause_notes(runner),
         )
     )
     runner.enter("done", f"verdict {status.value}")
@@ -221,6 +250,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     runner.write_snapshot(status=status.value, reasons=reasons)
     for writer in (runner.events.writer, runner.requests, runner.snapshots, runner.telemetry):
         writer.close()
+    faults = faults_from_events(read_jsonl(runner.run_dir / "events.jsonl"), load_start)
     record = RunRecord(
         run_id=runner.run_id,
         status=status,
@@ -232,7 +262,8 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
         gates=gates_json(gates),
         thresholds=[t.model_dump(mode="json") for t in final_thresholds],
         telemetry=telemetry,
-        reconciliation=_reconciliation(runner, load),
+        reconciliation=reconciliation,
+        faults=faults,
         client_health=health,
         phases=runner.phases,
         started_at=runner.started_at,

@@ -86,6 +86,8 @@ class GpuState:
     rows_new: int = 0
     remap_failed: bool | None = None
     throttle_seen: list[str] = field(default_factory=list)
+    throttle_s: dict[str, float] = field(default_factory=dict)
+    """Seconds spent under each throttle reason (sample and hold between readings)."""
     faults: int = 0
 
 
@@ -100,9 +102,18 @@ class GpuLedger:
     """
 
     def __init__(
-        self, source: str, events: EventLog, scrub: Callable[[Any], Any] = lambda v: v
+        self,
+        source: str,
+        events: EventLog,
+        scrub: Callable[[Any], Any] = lambda v: v,
+        ignore_xid: frozenset[int] = frozenset(),
+        when: Callable[[float], str] = lambda t: f"at {t:.1f} s",
     ) -> None:
         self.source = source
+        self.when_run = when
+        """Words for a run time in reasons (``at load+00:17:02`` once the load began)."""
+        self.ignore_xid = ignore_xid
+        """Xid codes the operator waived (``--ignore-xid``): recorded, a note, not a failure."""
         self.gpus: dict[Hashable, GpuState] = {}
         self._events = events
         self._scrub = scrub
@@ -139,6 +150,10 @@ class GpuLedger:
     def reading(self, g: GpuState, r: GpuReading, t: float) -> None:
         """Take one reading of ``g`` taken at ``t`` (seconds since the run's origin)."""
         g.samples += 1
+        if g.latest is not None and g.t is not None and g.latest.throttle:
+            # the reasons of the previous reading held until this one
+            for word in g.latest.throttle:
+                g.throttle_s[word] = g.throttle_s.get(word, 0.0) + max(0.0, t - g.t)
         g.latest = r
         g.t = t
         g.name = r.name or g.name
@@ -176,6 +191,7 @@ class GpuLedger:
                 reason=f"{self.label(g)}: Xid {xid} — {meaning} was already set {when} "
                 f"({g.where}; time unknown, not counted as a run fault)",
                 effect="note",
+                kind="xid",
                 xid=xid,
                 meaning=meaning,
                 t_s=t,
@@ -193,13 +209,17 @@ class GpuLedger:
         self._xid_record(g, xid, meaning, t, already_set=False)
 
     def _xid_fault(self, g: GpuState, xid: int, meaning: str, t: float) -> None:
+        waived = xid in self.ignore_xid
         self.fault(
             g,
-            f"{self.label(g)}: Xid {xid} — {meaning}",
-            "critical",
-            reason=f"{self.label(g)}: Xid {xid} — {meaning}, seen {t:.1f} s into the "
-            f"run ({g.where})",
-            effect="failed",
+            f"{self.label(g)}: Xid {xid} — {meaning}"
+            + (" (ignored: --ignore-xid)" if waived else ""),
+            "warning" if waived else "critical",
+            reason=f"{self.label(g)}: Xid {xid} — {meaning}, {self.when_run(t)} "
+            f"({g.where})" + ("; waived by --ignore-xid" if waived else ""),
+            effect="note" if waived else "failed",
+            kind="xid",
+            **({"ignored": True} if waived else {}),
             xid=xid,
             meaning=meaning,
             t_s=t,
@@ -228,8 +248,9 @@ class GpuLedger:
                     g,
                     msg,
                     "critical",
-                    reason=f"{msg}, seen {t:.1f} s into the run",
+                    reason=f"{msg}, {self.when_run(t)}",
                     effect="failed",
+                    kind="ecc_uncorrectable",
                     ecc_new=d,
                     ecc_total=ecc,
                     t_s=t,
@@ -248,8 +269,9 @@ class GpuLedger:
                     g,
                     msg,
                     "critical",
-                    reason=f"{msg}, seen {t:.1f} s into the run",
+                    reason=f"{msg}, {self.when_run(t)}",
                     effect="failed",
+                    kind="row_remap",
                     remapped_rows_new=d,
                     remapped_rows_total=rows,
                     t_s=t,
@@ -267,6 +289,7 @@ class GpuLedger:
                         "warning",
                         reason=f"{msg} (already set {when}; not counted as a run fault)",
                         effect="note",
+                        kind="row_remap_failed",
                         t_s=t,
                         already_set=True,
                     )
@@ -275,8 +298,9 @@ class GpuLedger:
                         g,
                         msg,
                         "critical",
-                        reason=f"{msg}, seen {t:.1f} s into the run",
+                        reason=f"{msg}, {self.when_run(t)}",
                         effect="failed",
+                        kind="row_remap_failed",
                         t_s=t,
                     )
             g.remap_failed = failed
@@ -289,11 +313,13 @@ class GpuLedger:
         *,
         reason: str,
         effect: _Effect,
+        kind: str,
         **data: Any,
     ) -> None:
-        """A ``fault`` event now and a ``gpu_fault`` reason for the verdict."""
+        """A ``fault`` event now (``kind``: xid, ecc_uncorrectable, row_remap,
+        row_remap_failed, gpu_lost, gpu_missing) and a ``gpu_fault`` reason for the verdict."""
         g.faults += 1
-        self._events.emit("fault", message, severity, **(self.data(g) | data))
+        self._events.emit("fault", message, severity, **(self.data(g) | {"fault": kind} | data))
         if len(self._reasons) < MAX_REASONS:
             self._reasons.append(Reason(code="gpu_fault", effect=effect, message=reason))
         else:
@@ -362,6 +388,7 @@ class GpuLedger:
             "remapped_rows_new": g.rows_new if g.rows_last is not None else None,
             "remap_failed": g.remap_failed,
             "throttle_seen": list(g.throttle_seen),
+            "throttle_s": {k: round(v, 3) for k, v in g.throttle_s.items()},
             "samples": g.samples,
         }
 

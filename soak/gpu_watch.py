@@ -33,7 +33,7 @@ GPU UUIDs and hostnames pass through ``scrub`` (the redactor) before anything is
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
 
@@ -62,6 +62,8 @@ class GpuWatch:
         interval_s: float = 1.0,
         scrub: Callable[[Any], Any] = lambda v: v,
         timeout_s: float = 5.0,
+        ignore_xid: Iterable[int] = (),
+        when: Callable[[float], str] = lambda t: f"at {t:.1f} s",
     ) -> None:
         self.urls = urls
         self.interval_s = interval_s
@@ -73,7 +75,7 @@ class GpuWatch:
         self._scrub = scrub
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s))
         self._task: asyncio.Task[None] | None = None
-        self._ledger = GpuLedger("dcgm", events, scrub)
+        self._ledger = GpuLedger("dcgm", events, scrub, frozenset(ignore_xid), when)
         self.latest: list[DcgmSample | None] = [None] * len(urls)
         self.scrapes = [0] * len(urls)
         self.errors = [0] * len(urls)
@@ -181,8 +183,9 @@ class GpuWatch:
                     g,
                     msg,
                     "critical",
-                    reason=f"{msg}, {s.t:.0f} s into the run",
+                    reason=f"{msg}, {self._ledger.when_run(s.t)}",
                     effect="failed",
+                    kind="gpu_missing",
                 )
 
     # -- outputs -------------------------------------------------------------------------

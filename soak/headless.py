@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from soak.journal import JsonlTail
 from soak.record import EXIT_CODES, RunRecord, Status, load_record
-from soak.spawn import RunnerHandle
+from soak.spawn import AttachedRunner, RunnerHandle
 
 
 def _f(v: float | None, fmt: str = "{:.3f}") -> str:
@@ -102,12 +102,13 @@ def final_report(rec: RunRecord, run_dir: Path) -> str:
 
 
 def follow(
-    handle: RunnerHandle,
+    handle: RunnerHandle | AttachedRunner,
     interval_s: float,
     out: TextIO = sys.stdout,
     poll_s: float = 0.25,
     clock: Callable[[], float] = time.monotonic,
     detach_on_hup: bool = True,
+    interrupt_detaches: bool = False,
 ) -> int:
     """Print status lines until the runner exits.
 
@@ -115,14 +116,15 @@ def follow(
     drain). SIGHUP — the SSH link dropped — detaches: the runner, in its own session,
     finishes the soak and writes its record; this process leaves quietly with 129.
     With ``detach_on_hup=False`` (the demo, whose engine dies with this process) SIGHUP
-    is forwarded like the others.
+    is forwarded like the others. With ``interrupt_detaches`` (``soaktop attach``) every
+    signal only detaches: the run belongs to whoever started it.
     """
     forwarded: list[int] = []
     hung_up = False
 
     def on_signal(signum: int, _frame: object) -> None:
         nonlocal hung_up
-        if signum == signal.SIGHUP and detach_on_hup:
+        if interrupt_detaches or (signum == signal.SIGHUP and detach_on_hup):
             hung_up = True
             return
         handle.signal(signum)  # forward first: printing here could fail on a dead terminal
@@ -175,11 +177,12 @@ _SHOWN_EVENTS = frozenset(
 EXIT_DETACHED = 128 + signal.SIGHUP
 
 
-def _detached(handle: RunnerHandle, out: TextIO) -> int:
+def _detached(handle: RunnerHandle | AttachedRunner, out: TextIO) -> int:
     with contextlib.suppress(OSError):  # the terminal may already be gone
         print(
-            f"soaktop: terminal hung up; the run goes on (pid {handle.pid}).\n"
-            f"  its record will be {handle.run_dir / 'record.json'}",
+            f"soaktop: detached; the run goes on (pid {handle.pid}).\n"
+            f"  its record will be {handle.run_dir / 'record.json'}\n"
+            f"  re-attach with: soaktop attach {handle.run_dir}",
             file=out,
             flush=True,
         )

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import asdict
 from typing import Any, Literal, TypeVar
 
@@ -134,6 +134,8 @@ class NvmlWatch:
         stall_warn_s: float = 10.0,
         xid_poll_s: float = 0.25,
         reader: NvmlReader | None = None,
+        ignore_xid: Iterable[int] = (),
+        when: Callable[[float], str] = lambda t: f"at {t:.1f} s",
     ) -> None:
         self.interval_s = interval_s
         self.loop_errors: list[str] = []
@@ -151,7 +153,7 @@ class NvmlWatch:
         self._events = events
         self._scrub = scrub
         self._reader = reader if reader is not None else NvmlReader()
-        self._ledger = GpuLedger("nvml", events, scrub)
+        self._ledger = GpuLedger("nvml", events, scrub, frozenset(ignore_xid), when)
         self._xids: XidEventWatcher | None = None
         self._xid_noted = False
         self._xid_dropped_noted = 0
@@ -426,6 +428,7 @@ class NvmlWatch:
                 reason=f"{msg}, already at start (not counted as a run fault)",
                 effect="note",
                 lost=True,
+                kind="gpu_lost",
                 t_s=t,
                 already_set=True,
             )
@@ -434,9 +437,10 @@ class NvmlWatch:
                 g,
                 msg,
                 "critical",
-                reason=f"{msg}, seen {t:.1f} s into the run",
+                reason=f"{msg}, {self._ledger.when_run(t)}",
                 effect="failed",
                 lost=True,
+                kind="gpu_lost",
                 t_s=t,
             )
 
@@ -509,8 +513,9 @@ class NvmlWatch:
                     g,
                     msg,
                     "critical",
-                    reason=f"{msg}, seen {t:.1f} s into the run (NVML event)",
+                    reason=f"{msg}, {self._ledger.when_run(t)} (NVML event)",
                     effect="failed",
+                    kind="ecc_uncorrectable",
                     t_s=t,
                 )
         elif ev.event_type == EVENT_SINGLE_BIT_ECC:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from probes.engine_metrics import EngineSample
-from soak.record import LoadSummary
+from soak.record import LoadSummary, Reason
 
 _COUNTERS = {
     "requests": "requests_finished_total",
@@ -37,46 +37,84 @@ def reconcile_window(
 ) -> dict[str, Any]:
     """One window's reconciliation: ``client`` holds requests, prompt_tokens and
     generation_tokens the client received complete; ``unfinished`` counts requests that
-    failed or were cut (the server may have counted work the client never saw)."""
-    base: dict[str, Any] = {"window": window, "client": client}
+    failed or were cut (the server may have counted work the client never saw).
+
+    Each counter gets ``{status, client, server, difference}`` with status ``matched``,
+    ``mismatched`` (difference = server - client) or ``unavailable`` (with ``why``). The
+    window's ``matched`` is True when all three matched, False when any mismatched, None
+    when none mismatched but some could not be compared."""
+    base: dict[str, Any] = {"window": window}
+
+    def unavailable(why: str) -> dict[str, Any]:
+        per = {n: _counter("unavailable", client.get(n, 0), None, why) for n in _COUNTERS}
+        return base | {"matched": None, "unavailable": why} | per
+
     if not before or not after or len(before) != len(after):
-        return base | {"matched": None, "unavailable": "no counter snapshots were taken"}
+        return unavailable("no counter snapshots were taken")
     broken = [i for i, (b, a) in enumerate(zip(before, after, strict=True)) if b.error or a.error]
     if broken:
-        return base | {"matched": None, "unavailable": f"/metrics failed on endpoint(s) {broken}"}
-    server: dict[str, float] = {}
+        return unavailable(f"/metrics failed on endpoint(s) {broken}")
+    out = dict(base)
     resets: list[str] = []
-    missing: list[str] = []
     for name, key in _COUNTERS.items():
-        total = 0.0
+        total, why = 0.0, None
         for i, (b, a) in enumerate(zip(before, after, strict=True)):
             vb, va = b.values.get(key), a.values.get(key)
             if vb is None or va is None:
-                missing.append(name)
+                why = f"endpoint {i} ({a.engine or 'unknown engine'}) exports no {key}"
                 break
             d, reset = _delta(vb, va)
             if reset:
                 resets.append(f"{key} on endpoint {i}")
+                why = f"{key} went down on endpoint {i}: the server restarted in the window"
             if name == "requests":  # only requests that finished normally on the server
                 for reason in _NOT_COMPLETED:
                     fb = b.finished_by_reason.get(reason, 0.0)
                     d -= _delta(fb, a.finished_by_reason.get(reason, 0.0))[0]
             total += d
-        server[name] = total
-    if missing:
-        return base | {
-            "matched": None,
-            "unavailable": f"the engine exports no counter for {sorted(set(missing))}",
-        }
-    diffs = {k: server[k] - client[k] for k in _COUNTERS if server[k] != client.get(k, 0)}
-    out = base | {"server": server, "matched": not diffs and not resets, "differences": diffs}
+        mine = client.get(name, 0)
+        if why is not None:
+            out[name] = _counter("unavailable", mine, None if "exports no" in why else total, why)
+        else:
+            out[name] = _counter("matched" if total == mine else "mismatched", mine, total)
+    states = [out[n]["status"] for n in _COUNTERS]
+    out["matched"] = (
+        False if "mismatched" in states else True if set(states) == {"matched"} else None
+    )
     if resets:
         out["counter_resets"] = resets
-    if diffs and unfinished:
+    if "mismatched" in states and unfinished:
         out["note"] = (
             f"{unfinished} failed or cut requests: the server counted work the client did "
             "not receive"
         )
+    out["unfinished"] = unfinished
+    return out
+
+
+def _counter(status: str, client: int, server: float | None, why: str | None = None) -> dict:
+    """One counter's comparison, with both numbers and how far apart they are."""
+    item: dict[str, Any] = {"status": status, "client": client, "server": server}
+    if server is not None:
+        item["difference"] = server - client
+        if status == "mismatched" and client:
+            item["difference_pct"] = round(100 * (server - client) / client, 3)
+    if why is not None:
+        item["why"] = why
+    return item
+
+
+def mismatches(reconciliation: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(window, counter, comparison) for every mismatched counter of a record's
+    reconciliation, in window order."""
+    out = []
+    for window, res in reconciliation.items():
+        if not isinstance(res, dict):
+            continue
+        for name in _COUNTERS:
+            item = res.get(name)
+            if isinstance(item, dict) and item.get("status") == "mismatched":
+                out.append((window, name, item))
     return out
 
 
@@ -126,3 +164,34 @@ def overall(windows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     known = [m for m in states if m is not None]
     matched = None if not known else all(known)
     return {"matched": matched} | windows
+
+
+_WINDOW_WORDS = {"before": "before-load gates", "load": "load", "after": "after-load gates"}
+
+
+def reconcile_reasons(reconciliation: dict[str, Any], strict: bool) -> list[Reason]:
+    """One reason per window whose counters disagree: a note, or with ``strict`` INVALID
+    when no failed or cut request explains the gap (with failures the verdict already
+    says FAILED, and the gap is expected)."""
+    out: list[Reason] = []
+    for window in ("before", "load", "after"):
+        res = reconciliation.get(window)
+        if not isinstance(res, dict) or res.get("matched") is not False:
+            continue
+        gaps = [
+            f"{name.replace('_', ' ')}: server {item['server']:,.0f}, client {item['client']:,}"
+            f" ({item['difference']:+,.0f})"
+            for w, name, item in mismatches({window: res})
+            if w == window
+        ]
+        explained = bool(res.get("unfinished"))
+        out.append(
+            Reason(
+                code="reconcile_mismatch",
+                effect="invalid" if strict and not explained else "note",
+                message=f"{_WINDOW_WORDS[window]}: the server's counters disagree with what "
+                f"the client received ({'; '.join(gaps)})"
+                + (f"; {res['note']}" if explained and res.get("note") else ""),
+            )
+        )
+    return out

@@ -154,6 +154,13 @@ class ClientHealth(BaseModel):
     threads_max: int | None = None
     open_files_max: int | None = None
     fd_limit: int | None = None
+    cpu_over_limit_s: float | None = None
+    """Longest stretch of the load with the runner's CPU above ``max_client_cpu_percent``."""
+    in_flight_short_s: float | None = None
+    """Longest stretch of the issue window with fewer requests in flight than workers
+    started (failure back-offs excluded): the load was lighter than requested then."""
+    in_flight_short_min: int | None = None
+    """Fewest requests in flight during such a stretch."""
 
 
 class PhaseSpan(BaseModel):
@@ -190,6 +197,9 @@ class RunRecord(BaseModel):
     reconciliation: dict[str, Any] = Field(default_factory=dict)
     """Client vs server counter deltas per window (``before``, ``load``, ``after``) and
     ``matched`` over all of them (``soak.reconcile``)."""
+    faults: list[dict[str, Any]] = Field(default_factory=list)
+    """Every fault, restart and endpoint-down event of the run (``soak.faults``):
+    ``time_s`` relative to the load start, ``source``, ``kind``, ``detail``."""
     client_health: ClientHealth = Field(default_factory=ClientHealth)
     phases: list[PhaseSpan] = Field(default_factory=list)
     started_at: str

@@ -15,6 +15,7 @@ import orjson
 import psutil
 
 from probes.gates import gates_json
+from soak.faults import faults_from_events
 from soak.finalize import run_files
 from soak.gate_session import gates_from_journal
 from soak.journal import read_jsonl
@@ -55,7 +56,9 @@ def _timing_from_events(run_dir: Path, config: dict) -> tuple[LoadTiming | None,
     phases[-1].end_s = last_t
     if not barrier:
         return None, phases
-    starts = {p.name: p.start_s for p in phases}
+    starts: dict[str, float] = {}
+    for p in phases:  # the first time each phase began (a pause re-enters "load")
+        starts.setdefault(p.name, p.start_s)
     issue_start = starts.get("load")
     issue_end = starts.get("drain", last_t if issue_start is not None else None)
     drain_end = starts.get("after_gates", starts.get("finalize", last_t))
@@ -122,6 +125,19 @@ def recover_run(run_dir: Path) -> RunRecord:
         )
     gates, bad_lines = gates_from_journal(run_dir)
     notes += [Reason(code="journal_damaged", effect="note", message=m) for m in bad_lines]
+    faults = faults_from_events(
+        read_jsonl(run_dir / "events.jsonl"), timing.issue_start_s if timing else None
+    )
+    critical = [f for f in faults if f["severity"] == "critical"]
+    if critical:
+        notes.append(
+            Reason(
+                code="faults_before_death",
+                effect="failed",
+                message=f"{len(critical)} critical fault(s) before the runner died, first: "
+                f"{critical[0]['detail']} (see faults)",
+            )
+        )
     status, reasons = decide(
         Findings(
             load=load,
@@ -145,6 +161,7 @@ def recover_run(run_dir: Path) -> RunRecord:
         identity=identity,
         load=load,
         gates=gates_json(gates),
+        faults=faults,
         phases=phases,
         started_at=_first_wall(run_dir) or "",
         ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),

@@ -30,7 +30,7 @@ from loadgen.prompts import BodyBuilder, PromptPool, PromptPoolError, load_file,
 from loadgen.workers import LoadGenerator, LoadPlan
 from probes.engine_metrics import EngineSample
 from probes.gates import GatePlan
-from probes.host import LoopLagMonitor, ProcessSampler, raise_fd_limit
+from probes.host import LoopLagMonitor, raise_fd_limit
 from probes.probe import ProbeOptions
 from probes.suite import load_suites
 from soak.config import RunConfig
@@ -38,10 +38,12 @@ from soak.control import ControlReader
 from soak.engine_watch import EngineWatch
 from soak.events import EventLog
 from soak.fault_watch import FaultWatch
+from soak.faults import when as when_words
 from soak.finalize import build_identity, finalize_run
 from soak.gate_session import GateSession
 from soak.gpu_sources import gpu_entries
 from soak.gpu_watch import GpuWatch
+from soak.host_watch import HostWatch
 from soak.identity import count_tokens, probe_all
 from soak.journal import JsonlWriter, request_line
 from soak.nvml_watch import NvmlWatch
@@ -115,7 +117,9 @@ class Runner:
         """The abort_on_fail threshold that stopped the load early, if one did."""
         self.live = LiveLoadStats(config.window_s)
         self.lag = LoopLagMonitor()
-        self.sampler = ProcessSampler()
+        self.host = HostWatch(
+            self.telemetry, self.events, config.server_pid, config.max_client_cpu_percent
+        )
         self.control = ControlReader(run_dir / "control.jsonl")
         self.gen: LoadGenerator | None = None
         self.phase = "identity"
@@ -138,6 +142,17 @@ class Runner:
     def now_s(self) -> float:
         """Seconds since the run's monotonic origin."""
         return (time.perf_counter_ns() - self.origin_ns) / 1e9
+
+    def load_start_s(self) -> float | None:
+        """When the barrier released (seconds since the origin), None before."""
+        st = self.gen.state if self.gen else None
+        if st is None or st.barrier_released_ns is None:
+            return None
+        return (st.barrier_released_ns - self.origin_ns) / 1e9
+
+    def when(self, t_s: float) -> str:
+        """A run time in words for reasons: ``at load+00:17:02`` once the load began."""
+        return when_words(t_s, self.load_start_s())
 
     def enter(self, phase: str, message: str) -> None:
         """Close the current phase and open ``phase``."""
@@ -205,6 +220,34 @@ class Runner:
                 self.events.emit("mark", str(cmd.get("note", "")) or "operator mark")
             elif kind in ("stop", "abort"):
                 self.ask_stop(f"operator {kind}", hard=kind == "abort")
+            elif kind in ("pause", "resume"):
+                self._pause(kind == "pause", str(cmd.get("note", "")))
+            else:
+                self.events.emit("warning", f"unknown control command {kind!r} ignored", "warning")
+
+    @property
+    def paused(self) -> bool:
+        """Issuing is paused by the operator."""
+        return self.gen is not None and self.gen.paused
+
+    def _pause(self, pause: bool, note: str) -> None:
+        """Pause or resume issuing; only inside the issue window. A pause is a phase of its
+        own (``paused``) on the timeline and a note on the verdict."""
+        gen = self.gen
+        why = f" ({note})" if note else ""
+        if gen is None or self.phase not in ("load", "paused"):
+            self.events.emit(
+                "control", f"{'pause' if pause else 'resume'} ignored: not issuing", "warning"
+            )
+            return
+        if pause and not gen.paused:
+            gen.pause()
+            self.events.emit("control", f"operator paused issuing{why}", "warning")
+            self.enter("paused", "issuing paused by the operator; in-flight requests finish")
+        elif not pause and gen.paused:
+            gen.resume()
+            self.events.emit("control", f"operator resumed issuing{why}")
+            self.enter("load", "issuing resumed")
 
     # -- snapshots -------------------------------------------------------------------------
 
@@ -236,8 +279,16 @@ class Runner:
             cumulative=cum,
         )
 
-    def _client_view(self) -> ClientView:
-        s = self.sampler.sample()
+    def _client_view(self, load: LoadView) -> ClientView:
+        st = self.gen.state if self.gen else None
+        s = self.host.tick(
+            self.now_s(),
+            measuring=self.phase in ("load", "drain"),
+            issuing=self.phase == "load" and not self.paused,
+            in_flight=load.in_flight,
+            workers=load.workers_started,
+            backoffs=st.backoffs if st else 0,
+        )
         lag = self.lag.take_interval(keep=self.phase in ("load", "drain"))
         for k, v in (
             ("cpu_percent_max", s.cpu_percent),
@@ -263,6 +314,7 @@ class Runner:
             self.events.emit("failures", f"{more} more failures", "error", counts=self._unreported)
             self._unreported = {}
         now = self.now_s()
+        load = self._load_view(now)
         snap = Snapshot(
             seq=self._seq,
             t=now,
@@ -270,13 +322,14 @@ class Runner:
             run_id=self.run_id,
             phase=self.phase,
             phase_elapsed_s=now - self.phases[-1].start_s,
-            load=self._load_view(now),
-            client=self._client_view(),
+            load=load,
+            client=self._client_view(load),
             gates=self.gates.view() if self.gates else {},
             telemetry=(
                 ({"engines": self.engines.view()} if self.engines else {})
                 | ({"gpus": gpu_entries(self.gpu_sources, "view")} if self.gpu_sources else {})
                 | (self.faults.view() if self.faults else {})
+                | {"host": self.host.view()}
             ),
             events=self.events.take_pending(),
             status=status,
@@ -390,8 +443,9 @@ class Runner:
                     headers,
                     self.origin_ns,
                     self.telemetry,
-                    self.config.snapshot_interval_s,
+                    self.config.telemetry_interval_s,
                     scrub=self.redactor.obj,
+                    events=self.events,
                 )
                 self.engines.start()
                 self.faults = FaultWatch(
@@ -399,18 +453,24 @@ class Runner:
                     headers,
                     self.events,
                     self.now_s,
-                    self.config.snapshot_interval_s,
+                    self.config.telemetry_interval_s,
                     log_files=list(self.config.server_log),
                     log_commands=[shlex.split(c) for c in self.config.server_log_cmd],
                     keep_lines=not self.config.redact,
                     scrub=self.redactor.text,
                 )
                 await self.faults.start()
-                interval = self.config.snapshot_interval_s
+                interval = self.config.telemetry_interval_s
                 if self.config.nvml:
                     self.gpu_sources.append(
                         NvmlWatch(
-                            self.origin_ns, self.telemetry, self.events, interval, self.redactor.obj
+                            self.origin_ns,
+                            self.telemetry,
+                            self.events,
+                            interval,
+                            self.redactor.obj,
+                            ignore_xid=self.config.ignore_xid,
+                            when=self.when,
                         )
                     )
                 if self.config.dcgm:
@@ -422,6 +482,8 @@ class Runner:
                             self.events,
                             interval,
                             scrub=self.redactor.obj,
+                            ignore_xid=self.config.ignore_xid,
+                            when=self.when,
                         )
                     )
                 for source in self.gpu_sources:
@@ -601,6 +663,8 @@ class Runner:
                 await gen.cancel_unstarted()
 
     def _on_issue_end(self) -> None:
+        if self.gen is not None and self.gen.paused:
+            self.gen.resume()  # stop is set: the workers wake only to leave
         self._canary_stop.set()  # no canary round starts during the drain
         self.enter("drain", "issue window closed; draining")
 

@@ -76,3 +76,46 @@ def start_runner(config: RunConfig) -> RunnerHandle:
     hello = orjson.loads(line)
     proc.stdout.close()
     return RunnerHandle(proc=proc, run_dir=Path(hello["run_dir"]), run_id=hello["run_id"])
+
+
+class AttachedRunner:
+    """A runner started by another soaktop (``soaktop attach``): found by the PID in its
+    run directory. Same interface as :class:`RunnerHandle` for the followers."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.run_id = run_dir.name
+        try:
+            self.pid: int | None = int((run_dir / "runner.pid").read_text().strip())
+        except (FileNotFoundError, ValueError):
+            self.pid = None
+
+    def alive(self) -> bool:
+        """The runner process still runs (and is a soaktop runner, not a reused PID)."""
+        import psutil
+
+        if self.pid is None:
+            return False
+        try:
+            proc = psutil.Process(self.pid)
+            return proc.status() != psutil.STATUS_ZOMBIE and "soak.runner" in " ".join(
+                proc.cmdline()
+            )
+        except psutil.Error:
+            return False
+
+    def signal(self, signum: int) -> None:
+        """Send a signal to the runner if it still runs."""
+        if self.pid is not None and self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def poll(self) -> int | None:
+        """None while the runner runs; then the record's exit code, or -1 without one."""
+        if self.alive():
+            return None
+        try:
+            data = orjson.loads((self.run_dir / "record.json").read_bytes())
+            return int(data.get("exit_code", 1))
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            return -1

@@ -27,7 +27,7 @@ Telemetry keys read here (the telemetry layer writes them; absent keys mean no d
   count: ``engine.preemptions`` has no live figure.)
 - snapshot ``telemetry["gpus"]``: list of dicts with ``memory_free_mib`` and
   ``temperature_c`` (the latest sample; for when GPU telemetry exists).
-- record ``telemetry["engines"]``: list of dicts with ``max_waiting``, ``max_kv_usage`` and
+- record ``telemetry["engines"]``: list of dicts with ``waiting_max``, ``kv_usage_max`` and
   optionally ``preemptions`` (peaks / counts over the load).
 - record ``telemetry["gpus"]``: list of dicts with ``min_free_mib`` and ``max_temp_c``.
 
@@ -406,8 +406,8 @@ def metrics_from_record(
         out["requests_per_s"] = load.requests_per_s
     engines = _dicts(telemetry, "engines")
     gpus = _dicts(telemetry, "gpus")
-    out["engine.max_waiting"] = _worst(engines, "max_waiting", max)
-    out["engine.max_kv_usage"] = _worst(engines, "max_kv_usage", max)
+    out["engine.max_waiting"] = _worst(engines, "waiting_max", max)
+    out["engine.max_kv_usage"] = _worst(engines, "kv_usage_max", max)
     out["engine.preemptions"] = _worst(engines, "preemptions", sum)
     out["gpu.min_free_mib"] = _worst(gpus, "min_free_mib", min)
     out["gpu.max_temp_c"] = _worst(gpus, "max_temp_c", max)

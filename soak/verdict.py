@@ -30,6 +30,9 @@ class Findings:
     health: ClientHealth | None = None
     max_failures: int = 0
     max_loop_lag_s: float = 0.5
+    client_overload_s: float = 10.0
+    """How long client CPU overload or in-flight shortfall may last before INVALID."""
+    max_client_cpu_percent: float = 95.0
     gates: dict[str, dict[str, SuiteGate]] = field(default_factory=dict)
     """``{phase: {suite: SuiteGate}}`` from probes.jsonl."""
     gates_configured: list[str] = field(default_factory=list)
@@ -233,18 +236,47 @@ def gate_reasons(f: Findings) -> list[Reason]:
 
 def _health_reasons(f: Findings) -> list[Reason]:
     h = f.health
-    if h is None or h.loop_lag_p99_s is None or h.loop_lag_p99_s <= f.max_loop_lag_s:
+    if h is None:
         return []
-    return [
-        Reason(
-            code="client_overloaded",
-            effect="invalid",
-            message=(
-                f"client event-loop lag p99 {h.loop_lag_p99_s * 1000:.0f} ms exceeds "
-                f"{f.max_loop_lag_s * 1000:.0f} ms: latencies include the client's own queueing"
-            ),
+    out: list[Reason] = []
+    if h.loop_lag_p99_s is not None and h.loop_lag_p99_s > f.max_loop_lag_s:
+        out.append(
+            Reason(
+                code="client_overloaded",
+                effect="invalid",
+                message=(
+                    f"client event-loop lag p99 {h.loop_lag_p99_s * 1000:.0f} ms exceeds "
+                    f"{f.max_loop_lag_s * 1000:.0f} ms: latencies include the client's own "
+                    "queueing"
+                ),
+            )
         )
-    ]
+    if h.cpu_over_limit_s is not None and h.cpu_over_limit_s >= f.client_overload_s:
+        out.append(
+            Reason(
+                code="client_cpu_overloaded",
+                effect="invalid",
+                message=(
+                    f"the client's CPU stayed above {f.max_client_cpu_percent:g}% of a core for "
+                    f"{h.cpu_over_limit_s:.0f} s (limit {f.client_overload_s:g} s): it could not "
+                    "keep up, and its timings include its own queueing"
+                ),
+            )
+        )
+    if h.in_flight_short_s is not None and h.in_flight_short_s >= f.client_overload_s:
+        out.append(
+            Reason(
+                code="in_flight_short",
+                effect="invalid",
+                message=(
+                    f"fewer requests were in flight than workers started for "
+                    f"{h.in_flight_short_s:.0f} s while issuing (as few as "
+                    f"{h.in_flight_short_min}; limit {f.client_overload_s:g} s): the client "
+                    "did not hold the requested load"
+                ),
+            )
+        )
+    return out
 
 
 def decide(f: Findings) -> tuple[Status, list[Reason]]:

@@ -16,10 +16,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from probes.gates import SuiteGate, gates_json
+from soak.engine_watch import restart_reasons
 from soak.fault_watch import fault_reasons
+from soak.faults import faults_from_events
 from soak.finalize import HASHED_FILES
 from soak.gate_session import gates_from_journal
 from soak.journal import read_jsonl, sha256_file
+from soak.reconcile import reconcile_reasons
 from soak.record import EXIT_CODES, LoadSummary, RunRecord, Status, load_record
 from soak.summary import LoadTiming, summarize_load
 from soak.thresholds import (
@@ -76,6 +79,10 @@ def verify_run(run_dir: Path) -> list[str]:
     problems += bad_lines
     _diff("gates", rec.gates, gates_json(gates), problems)
     _check_evidence(run_dir, rec, problems)
+    faults = faults_from_events(
+        read_jsonl(run_dir / "events.jsonl"), again.issue_start_s if again else None
+    )
+    _diff("faults", {"faults": rec.faults}, {"faults": faults}, problems)
     _check_thresholds(rec, again, problems)
     _check_verdict(rec, again, gates, problems)
     implied = status_of(rec.reasons)
@@ -101,6 +108,8 @@ _DERIVED = {
     "worker_errors",
     "counters_inconsistent",
     "client_overloaded",
+    "client_cpu_overloaded",
+    "in_flight_short",
     "load_clean",
     "gate_failed",
     "gate_client_error",
@@ -112,6 +121,8 @@ _DERIVED = {
     "server_log_error",
     "health_outage",
     "health_slow",
+    "reconcile_mismatch",
+    "server_restart",
 }
 
 
@@ -151,6 +162,7 @@ def _check_verdict(
     problems: list[str],
 ) -> None:
     cfg = rec.config
+    load_start = again.issue_start_s if again is not None else None
     force = bool(cfg.get("force_load"))
     before_failed = any(g.failures for g in gates.get("before", {}).values())
     _, reasons = decide(
@@ -160,11 +172,15 @@ def _check_verdict(
             health=rec.client_health,
             max_failures=int(cfg.get("max_failures", 0)),
             max_loop_lag_s=float(cfg.get("max_loop_lag_s", 0.5)),
+            client_overload_s=float(cfg.get("client_overload_s", 10.0)),
+            max_client_cpu_percent=float(cfg.get("max_client_cpu_percent", 95.0)),
             gates=gates,
             gates_configured=list(cfg.get("gates") or []),
             before_blocked=before_failed and not force and again is None,
             force_load=force,
-            extra=fault_reasons(rec.telemetry),
+            extra=fault_reasons(rec.telemetry, load_start)
+            + restart_reasons(rec.telemetry, load_start)
+            + reconcile_reasons(rec.reconciliation, cfg.get("reconcile") == "strict"),
         )
     )
     want = Counter((r.code, r.message) for r in reasons if r.code in _DERIVED)

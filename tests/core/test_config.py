@@ -61,3 +61,46 @@ def test_a_request_count_alone_is_not_cut_by_the_default_duration():
     assert load_config({"max_requests": 10_000}, environ={}, base=BASE).duration_s is None
     both = load_config({"max_requests": 10, "duration_s": 5}, environ={}, base=BASE)
     assert both.duration_s == 5
+
+
+def test_telemetry_flags_parse_and_bad_values_name_the_field():
+    import os
+    import subprocess
+    import sys
+
+    from soak.cli import _cli_values, build_parser
+
+    ns = build_parser().parse_args(
+        [
+            "run",
+            "--endpoint",
+            "http://127.0.0.1:8000",
+            "--model",
+            "m",
+            "--ignore-xid",
+            "45,31",
+            "--ignore-xid",
+            "13",
+            "--server-pid",
+            str(os.getpid()),
+            "--reconcile",
+            "strict",
+            "--telemetry-interval",
+            "2",
+        ]
+    )
+    cfg = load_config(_cli_values(ns), environ={})
+    assert cfg.ignore_xid == [45, 31, 13] and cfg.server_pid == [os.getpid()]
+    assert cfg.reconcile == "strict" and cfg.telemetry_interval_s == 2.0
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with pytest.raises(ConfigError) as e:
+        load_config({"server_pid": [gone.pid]}, environ={}, base=BASE)
+    assert f"server_pid = [{gone.pid}]" in str(e.value)
+    assert "no such process on this host" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_config({"reconcile": "loose"}, environ={}, base=BASE)
+    assert "reconcile = 'loose'" in str(e.value) and "'report' or 'strict'" in str(e.value)
+    # environment lists: SOAKTOP_IGNORE_XID=45,13
+    cfg = load_config({}, environ={"SOAKTOP_IGNORE_XID": "45,13"}, base=BASE)
+    assert cfg.ignore_xid == [45, 13]

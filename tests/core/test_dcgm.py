@@ -280,7 +280,7 @@ async def test_xid_on_the_simulated_engine_is_one_fault_event(tmp_path):
     (reason,) = watch.fault_reasons()
     assert reason.code == "gpu_fault" and reason.effect == "failed"
     assert "GPU 1" in reason.message and "Xid 31" in reason.message
-    assert XID_MEANING[31] in reason.message and "s into the run" in reason.message
+    assert XID_MEANING[31] in reason.message and " at " in reason.message
 
     view = {v["index"]: v for v in watch.view()}
     assert view[1]["status"] == "ok" and view[1]["last_xid"] == 31
@@ -413,11 +413,13 @@ async def test_event_rules_baseline_changes_memory_faults_and_recovery(tmp_path)
     assert [r.effect for r in reasons] == ["note"] + ["failed"] * 5  # the drop-out is one
     assert all(r.code == "gpu_fault" for r in reasons)
     assert "not counted as a run fault" in reasons[0].message
-    assert reasons[-1].message.endswith("seen 8.0 s into the run (DCGM exporter 0)")
+    assert reasons[-1].message.endswith("at 8.0 s (DCGM exporter 0)")
 
     s0, s1 = watch.summary()
     assert [(x["xid"], x["already_set"]) for x in s0["xid_events"]] == [(13, True), (13, False)]
     assert s0["throttle_seen"] == ["gpu idle"] and s1["throttle_seen"] == ["hw thermal"]
+    # readings at 1, 2, 3, 4, 5 and 8 s, each reason held until the next reading
+    assert s0["throttle_s"] == {"gpu idle": 7.0}
     assert (s1["ecc_new"], s1["remapped_rows_new"], s1["remap_failed"]) == (2, 1, True)
     assert (s0["min_free_mib"], s0["max_temp_c"], s0["samples"]) == (1000, 40, 6)
     assert s0["max_power_w"] is None and s0["max_used_mib"] is None  # not exported
@@ -426,6 +428,33 @@ async def test_event_rules_baseline_changes_memory_faults_and_recovery(tmp_path)
     events_file = [orjson.loads(x) for x in (tmp_path / "events.jsonl").read_bytes().splitlines()]
     # one fault event per reason above (the GPU dropping out is one of them)
     assert sum(e["kind"] == "fault" for e in events_file) == len(reasons) == 6
+    await watch.stop()
+
+
+async def test_an_ignored_xid_is_recorded_as_a_note_not_a_failure(tmp_path):
+    watch, events = _watch(
+        tmp_path, ["http://unused:9400"], ignore_xid=[45], when=lambda t: f"at load+{t:.0f}s"
+    )
+    for i, xid in enumerate(((0, 0), (45, 0), (45, 31))):
+        watch._take(0, DcgmSample(t=float(i), readings=parse_dcgm(_exposition(xid))))
+    faults = [(e.severity, e.message) for e in events.take_pending() if e.kind == "fault"]
+    label0 = "GPU 0 (NVIDIA H100 80GB HBM3, host gpu-node-07)"
+    label1 = "GPU 1 (NVIDIA H100 80GB HBM3, host gpu-node-07)"
+    assert faults == [
+        ("warning", f"{label0}: Xid 45 — {XID_MEANING[45]} (ignored: --ignore-xid)"),
+        ("critical", f"{label1}: Xid 31 — {XID_MEANING[31]}"),
+    ]
+    reasons = [(r.effect, r.message) for r in watch.fault_reasons()]
+    assert reasons == [
+        (
+            "note",
+            f"{label0}: Xid 45 — {XID_MEANING[45]}, at load+1s (DCGM exporter 0); "
+            "waived by --ignore-xid",
+        ),
+        ("failed", f"{label1}: Xid 31 — {XID_MEANING[31]}, at load+2s (DCGM exporter 0)"),
+    ]
+    # still in the record's Xid list: waived, not forgotten
+    assert [x["xid"] for x in watch.summary()[0]["xid_events"]] == [45]
     await watch.stop()
 
 
@@ -463,6 +492,7 @@ async def test_an_xid_sequence_gives_exactly_these_events_reasons_and_entries(tm
             "name": h100,
             "host": "gpu-node-07",
             "uuid": f"GPU-{i}",
+            "fault": "xid",
             "xid": x,
             "meaning": meaning,
             "t_s": t,
@@ -497,17 +527,17 @@ async def test_an_xid_sequence_gives_exactly_these_events_reasons_and_entries(tm
         (
             "gpu_fault",
             "failed",
-            f"{gpu0}: Xid 13 — {x13}, seen 4.0 s into the run (DCGM exporter 0)",
+            f"{gpu0}: Xid 13 — {x13}, at 4.0 s (DCGM exporter 0)",
         ),
         (
             "gpu_fault",
             "failed",
-            f"{gpu1}: Xid 31 — {x31}, seen 4.0 s into the run (DCGM exporter 0)",
+            f"{gpu1}: Xid 31 — {x31}, at 4.0 s (DCGM exporter 0)",
         ),
         (
             "gpu_fault",
             "failed",
-            f"{gpu0}: Xid 43 — {x43}, seen 5.0 s into the run (DCGM exporter 0)",
+            f"{gpu0}: Xid 43 — {x43}, at 5.0 s (DCGM exporter 0)",
         ),
     ]
 
@@ -527,6 +557,7 @@ async def test_an_xid_sequence_gives_exactly_these_events_reasons_and_entries(tm
             "remapped_rows_new": None,
             "remap_failed": None,
             "throttle_seen": ["hw thermal" if i else "gpu idle"],
+            "throttle_s": {"hw thermal" if i else "gpu idle": 4.0},
             "samples": 5,
             "scrape_errors": 0,
         }

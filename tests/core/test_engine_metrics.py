@@ -1,4 +1,5 @@
-"""The engine /metrics source against a real vLLM 0.32 exposition (captured fixture)."""
+"""The engine /metrics source against a real vLLM 0.32 exposition (captured fixture) and
+SGLang, TGI and llama.cpp expositions written from their documented names."""
 
 import math
 import re
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from probes.engine_metrics import (
+    VOCABULARY,
     EngineSample,
     Histogram,
     histogram_delta,
@@ -19,11 +21,16 @@ from soak import engine_watch
 from soak.engine_watch import EngineWatch
 from soak.identity import read_metrics
 from soak.journal import JsonlWriter, read_jsonl
+from soak.reconcile import reconcile_window
 from soak.record import EndpointIdentity
 
-REAL = (Path(__file__).parent.parent / "fixtures" / "vllm_0.32_cpu_metrics.txt").read_text()
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+REAL = (FIXTURES / "vllm_0.32_cpu_metrics.txt").read_text()
 """Captured from the real vLLM CPU server of tests/real_engine after 3 requests of 8 tokens
 (ignore_eos) — prompt 102 tokens in all."""
+SGLANG = (FIXTURES / "sglang_metrics.txt").read_text()
+TGI = (FIXTURES / "tgi_metrics.txt").read_text()
+LLAMACPP = (FIXTURES / "llamacpp_metrics.txt").read_text()
 
 
 def test_real_vllm_metrics_map_to_the_vocabulary():
@@ -56,6 +63,239 @@ def test_pre_012_kv_name_and_several_engines_behind_one_endpoint():
     v = parse_metrics(text).values
     assert v["kv_usage"] == 0.75 and v["running"] == 7.0  # fullest engine; engines add up
     assert v["prompt_tokens_total"] is None  # not exported: unknown, not zero
+
+
+def test_real_capture_also_gives_prefix_cache_token_slots_and_its_cache_config():
+    s = parse_metrics(REAL)
+    v = s.values
+    assert set(v) == set(VOCABULARY)
+    assert (v["prefix_cache_queries_total"], v["prefix_cache_hits_total"]) == (102.0, 0.0)
+    assert v["token_slots"] == 8192 * 128  # num_gpu_blocks × block_size
+    ident = EndpointIdentity(url="x", reachable=True)
+    read_metrics(REAL, ident)
+    assert s.cache_config == ident.cache_config  # the labels as exposed, engine included
+    assert s.cache_config["num_gpu_blocks"] == "8192" and s.cache_config["engine"] == "0"
+    # Not exported by this server: unknown, never 0.
+    for key in ("spec_decode_drafts_total", "spec_decode_draft_tokens_total"):
+        assert v[key] is None
+    assert v["spec_decode_accepted_tokens_total"] is None and v["spec_accept_rate"] is None
+    assert v["prefix_cache_hit_rate"] is None  # vLLM exposes counters, not a ratio
+    assert s.engines == {}  # one engine behind the endpoint
+
+
+ENGINE_1 = {
+    "vllm:num_requests_running": "2.0",
+    "vllm:num_requests_waiting": "1.0",
+    "vllm:kv_cache_usage_perc": "0.5",
+    "vllm:num_preemptions_total": "1.0",
+    "vllm:prompt_tokens_total": "50.0",
+    "vllm:generation_tokens_total": "16.0",
+    "vllm:prefix_cache_queries_total": "50.0",
+    "vllm:prefix_cache_hits_total": "32.0",
+}
+"""Engine 1's own values where they differ from the real capture's engine 0."""
+
+
+def two_engines(text: str) -> str:
+    """``text`` with every engine="0" series duplicated as engine="1" (data parallel):
+    ENGINE_1's values, 2 requests finished by length, 4096 KV blocks; histograms alike."""
+    out = []
+    for line in text.splitlines():
+        out.append(line)
+        if line.startswith("#") or 'engine="0"' not in line:
+            continue
+        series, value = line.rsplit(" ", 1)
+        twin = series.replace('engine="0"', 'engine="1"')
+        name = series.split("{", 1)[0]
+        if name == "vllm:cache_config_info":
+            twin = twin.replace('num_gpu_blocks="8192"', 'num_gpu_blocks="4096"')
+        if name == "vllm:request_success_total" and 'finished_reason="length"' in series:
+            value = "2.0"
+        out.append(f"{twin} {ENGINE_1.get(name, value)}")
+    return "\n".join(out) + "\n"
+
+
+def test_two_vllm_engines_split_and_add_up():
+    s = parse_metrics(two_engines(REAL))
+    assert s.engine == "vllm" and list(s.engines) == ["0", "1"]
+    e0, e1 = s.engines["0"], s.engines["1"]
+    assert e0 == parse_metrics(REAL).values  # engine 0's series alone: the real capture
+    assert (e1["running"], e1["waiting"], e1["kv_usage"]) == (2.0, 1.0, 0.5)
+    assert (e1["prompt_tokens_total"], e1["generation_tokens_total"]) == (50.0, 16.0)
+    assert e1["requests_finished_total"] == 2.0 and e1["token_slots"] == 4096 * 128
+    summed = [k for k in VOCABULARY if k != "kv_usage" and e0[k] is not None]
+    assert "token_slots" in summed and "preemptions_total" in summed
+    for key in summed:
+        assert s.values[key] == e0[key] + e1[key], key
+    assert s.values["kv_usage"] == 0.5  # the fullest engine, not a sum
+    assert s.values["token_slots"] == (8192 + 4096) * 128
+    assert s.finished_by_reason["length"] == 5.0
+    assert s.histograms["ttft"].count == 6.0  # both engines' observations merged
+    assert s.cache_config["num_gpu_blocks"] == "8192"  # the first engine's labels
+
+
+SPEC_DECODE = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 40.0
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="tiny"} 120.0
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 75.0
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="0"} 34.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="1"} 25.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="2"} 16.0
+"""
+"""vLLM's speculative-decoding counters (3 draft tokens per draft), as a server started with
+--speculative-config adds them (names: ENGINE_FACTS; labels as every vLLM engine metric)."""
+
+
+def test_vllm_spec_decode_counters():
+    v = parse_metrics(REAL + SPEC_DECODE).values
+    assert v["spec_decode_drafts_total"] == 40.0
+    assert v["spec_decode_draft_tokens_total"] == 120.0
+    assert v["spec_decode_accepted_tokens_total"] == 75.0  # not the per-position split
+    assert v["spec_accept_rate"] is None  # vLLM: Δaccepted/Δdraft_tokens is the caller's
+
+
+# --- other engines -----------------------------------------------------------------------
+
+
+def test_sglang_maps_to_the_same_vocabulary():
+    s = parse_metrics(SGLANG)
+    assert s.engine == "sglang" and s.error is None and s.cache_config == {}
+    v = s.values
+    assert (v["running"], v["waiting"], v["kv_usage"]) == (8.0, 1.0, 0.61)
+    assert v["preemptions_total"] == 3.0  # retracted requests, both schedulers
+    assert (v["prompt_tokens_total"], v["generation_tokens_total"]) == (51200.0, 20480.0)
+    assert v["requests_finished_total"] == 40.0 and s.finished_by_reason == {"abort": 2.0}
+    assert v["token_slots"] == 2 * 412345.0  # max_total_num_tokens of each scheduler
+    assert v["prefix_cache_hit_rate"] == pytest.approx(0.375)  # SGLang's own ratio
+    assert v["spec_accept_rate"] == pytest.approx(0.6)
+    for key in ("prefix_cache_hits_total", "prefix_cache_queries_total"):
+        assert v[key] is None
+    assert v["spec_decode_drafts_total"] is None and v["spec_decode_draft_tokens_total"] is None
+    assert v["spec_decode_accepted_tokens_total"] is None
+    # TTFT and E2E from the tokenizer; queue time from both schedulers, merged.
+    assert {k: h.count for k, h in s.histograms.items()} == {"ttft": 40, "e2e": 40, "queue": 40}
+    assert s.histograms["queue"].buckets["0.1"] == 24.0  # 14 + 10 below 0.1 s
+    ttft = server_latency(None, s, "ttft")
+    assert (
+        ttft is not None and ttft["n"] == 40 and ttft["p50"] == pytest.approx(0.2 + 0.2 * 10 / 14)
+    )
+
+
+def test_sglang_data_parallel_ranks_are_engines():
+    s = parse_metrics(SGLANG)
+    assert list(s.engines) == ["0", "1"]
+    e0, e1 = s.engines["0"], s.engines["1"]
+    assert (e0["running"], e0["waiting"], e0["kv_usage"], e0["token_slots"]) == (
+        3.0,
+        1.0,
+        0.42,
+        412345.0,
+    )
+    assert (e1["running"], e1["waiting"], e1["kv_usage"], e1["preemptions_total"]) == (
+        5.0,
+        0.0,
+        0.61,
+        2.0,
+    )
+    # The tokenizer's counters carry no rank: endpoint totals only, unknown per engine.
+    assert e0["prompt_tokens_total"] is None and e1["requests_finished_total"] is None
+
+
+def test_sglang_tensor_parallel_ranks_of_one_dp_rank_add_up():
+    labels = 'engine_type="unified",model_name="m",pp_rank="0"'
+    text = "# TYPE sglang:num_running_reqs gauge\n" + "".join(
+        f'sglang:num_running_reqs{{dp_rank="{dp}",{labels},tp_rank="{tp}"}} {dp * 10 + tp + 1}\n'
+        for dp in (0, 1)
+        for tp in (0, 1)
+    )
+    s = parse_metrics(text)
+    assert s.engines["0"]["running"] == 1 + 2 and s.engines["1"]["running"] == 11 + 12
+    assert s.values["running"] == 26.0
+
+
+def test_sglang_aborted_requests_are_not_counted_as_completed():
+    def grown(text: str) -> str:
+        for series, old, new in (
+            ("sglang:num_requests_total", "40.0", "50.0"),
+            ("sglang:num_aborted_requests_total", "2.0", "4.0"),
+            ("sglang:prompt_tokens_total", "51200.0", "53248.0"),
+            ("sglang:generation_tokens_total", "20480.0", "21504.0"),
+        ):
+            line = f'{series}{{model_name="meta-llama/Llama-3.1-8B-Instruct"}}'
+            text = text.replace(f"{line} {old}", f"{line} {new}")
+        return text
+
+    before, after = parse_metrics(SGLANG), parse_metrics(grown(SGLANG))
+    assert after.values["requests_finished_total"] == 50.0  # the text really grew
+    client = {"requests": 8, "prompt_tokens": 2048, "generation_tokens": 1024}
+    rec = reconcile_window([before], [after], client, "w")
+    # 10 finished on the server, 2 of them aborted: 8 completed, as the client saw.
+    assert rec["matched"] is True
+
+
+def test_tgi_maps_to_the_same_vocabulary():
+    s = parse_metrics(TGI)
+    assert s.engine == "tgi" and s.finished_by_reason == {} and s.engines == {}
+    v = s.values
+    assert (v["running"], v["waiting"]) == (8.0, 3.0)
+    assert v["requests_finished_total"] == 25.0  # tgi_request_success, not tgi_request_count
+    assert v["generation_tokens_total"] == 4160.0  # tgi_request_generated_tokens' _sum
+    assert v["prompt_tokens_total"] == 8400.0  # tgi_request_input_length's _sum
+    # No KV usage, token slots, preemptions, prefix cache or speculation in TGI's metrics.
+    assert [k for k, x in v.items() if x is None] == [
+        "kv_usage",
+        "preemptions_total",
+        "prefix_cache_hits_total",
+        "prefix_cache_queries_total",
+        "prefix_cache_hit_rate",
+        "spec_decode_drafts_total",
+        "spec_decode_draft_tokens_total",
+        "spec_decode_accepted_tokens_total",
+        "spec_accept_rate",
+        "token_slots",
+    ]
+    assert set(s.histograms) == {"e2e", "queue"}  # no server TTFT
+    assert server_latency(None, s, "ttft") is None
+    e2e = server_latency(None, s, "e2e")
+    assert e2e is not None and e2e["n"] == 25 and e2e["mean"] == pytest.approx(40.5 / 25)
+
+
+def test_tgi_counter_without_a_type_line_keeps_its_name_and_still_maps():
+    v = parse_metrics("tgi_request_success 7\ntgi_queue_size 0\n").values
+    assert v["requests_finished_total"] == 7.0 and v["waiting"] == 0.0
+    assert v["generation_tokens_total"] is None  # no histogram: unknown, not 0
+
+
+def test_llamacpp_maps_to_the_same_vocabulary():
+    s = parse_metrics(LLAMACPP)
+    assert s.engine == "llamacpp" and s.histograms == {} and s.engines == {}
+    v = s.values
+    assert (v["running"], v["waiting"], v["kv_usage"]) == (2.0, 1.0, 0.284912)
+    assert (v["prompt_tokens_total"], v["generation_tokens_total"]) == (6886.0, 3469.0)
+    assert v["requests_finished_total"] is None  # llama-server counts no requests
+    assert v["token_slots"] is None and v["preemptions_total"] is None
+
+
+def test_llamacpp_build_without_the_kv_gauge_reports_unknown_kv():
+    current = "\n".join(
+        line for line in LLAMACPP.splitlines() if "kv_cache_usage_ratio" not in line
+    )
+    v = parse_metrics(current).values
+    assert v["kv_usage"] is None and v["running"] == 2.0
+
+
+def test_an_unknown_exposition_is_no_engine():
+    s = parse_metrics("# TYPE process_open_fds gauge\nprocess_open_fds 32.0\n")
+    assert s.engine is None and s.values == dict.fromkeys(VOCABULARY)
+    assert s.histograms == {} and s.engines == {} and s.cache_config == {}
 
 
 # --- server-side latency histograms ------------------------------------------------------
@@ -252,7 +492,7 @@ async def test_engine_watch_summary_covers_barrier_to_settled_counters(tmp_path,
     eng = watch.summary()[0]
     assert eng["engine"] == "vllm" and eng["scrapes"] == 7 and eng["scrape_errors"] == 1
     assert eng["preemptions"] == 7.0
-    assert eng["max_running"] == 0.0  # peaks as before
+    assert eng["running_max"] == 0.0  # peaks as before
     ttft = eng["server_ttft_s"]
     assert isinstance(ttft, dict) and ttft["n"] == 10 and ttft["method"] == METHOD
     # The 10 new TTFTs all lie in (0.02, 0.04]: p50 = 0.02 + 0.02·5/10.
@@ -350,4 +590,4 @@ async def test_close_window_before_any_load_leaves_no_window(tmp_path, monkeypat
     journal.close()
     eng = watch.summary()[0]
     assert eng["window_s"] is None and eng["preemptions"] is None
-    assert eng["server_ttft_s"] is None and eng["max_running"] is None
+    assert eng["server_ttft_s"] is None and eng["running_max"] is None

@@ -38,9 +38,11 @@ async def test_fault_lines_become_events_and_fail_the_run(tmp_path):
     (src,) = watch.summary()["server_logs"]
     assert src["faults"] == {"engine_dead": 1, "traceback": 1} and src["lines"] == 3
     reasons = {r.code: r for r in fault_reasons(watch.summary())}
-    assert (
-        reasons["server_fault"].effect == "failed" and "at 2 s" in reasons["server_fault"].message
-    )
+    assert reasons["server_fault"].effect == "failed"
+    assert "engine core hit a fatal error at 1.5 s: " in reasons["server_fault"].message
+    # with a load that began at 0.5 s, the time is the load's
+    (relative, _) = fault_reasons(watch.summary(), load_start_s=0.5)
+    assert "engine core hit a fatal error at load+00:00:01: " in relative.message
     assert reasons["server_log_error"].effect == "note"  # a traceback alone is not a fault
 
 

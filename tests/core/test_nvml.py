@@ -3,7 +3,7 @@
 Without a GPU, the real ``pynvml`` must say "unavailable" once and invent nothing. The
 rest stubs functions of the real ``pynvml`` module (monkeypatch, tests only): two GPUs,
 one with fields NVML does not support, one that is lost on its third read, and an event
-set that delivers one Xid. ``test_real_gpu`` (marked ``nvml_real``) reads real GPUs where
+set that delivers one Xid. ``test_real_gpu`` (marked ``gpu``) reads real GPUs where
 there are some and is skipped, with its reason, elsewhere.
 """
 
@@ -699,7 +699,7 @@ async def test_snapshot_entries_feed_the_live_thresholds(nvml, tmp_path):
 # --- a real GPU ---------------------------------------------------------------------------
 
 
-@pytest.mark.nvml_real
+@pytest.mark.gpu
 async def test_real_gpu(tmp_path):
     why = _real_nvml_error()
     if why is not None:
@@ -709,6 +709,13 @@ async def test_real_gpu(tmp_path):
         assert reader.cuda_driver_version is None or reader.cuda_driver_version[0].isdigit()
         readings = reader.read()
         assert len(readings) == len(reader.devices)
+        print(f"\nNVML: driver {reader.driver_version}, CUDA {reader.cuda_driver_version}")
+        for r in readings:
+            print(
+                f"  GPU {r.index} {r.name}: {r.memory_used_mib}/{r.memory_total_mib} MiB used, "
+                f"{r.temperature_c} C, {r.power_w} W, util {r.util_percent} %, "
+                f"throttle {r.throttle}, not supported: {sorted(r.field_errors)}"
+            )
         for r in readings:
             assert r.name and r.name.startswith(("NVIDIA", "Tesla", "Quadro", "GeForce"))
             assert r.uuid and r.uuid.startswith(("GPU-", "MIG-"))

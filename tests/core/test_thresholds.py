@@ -370,8 +370,8 @@ def summary(**kw) -> LoadSummary:
 def test_record_figures_are_the_exact_summary():
     telemetry = {
         "engines": [
-            {"endpoint": 0, "max_waiting": 4, "max_kv_usage": 0.6, "preemptions": 0},
-            {"endpoint": 1, "max_waiting": 9, "max_kv_usage": 0.8, "preemptions": 5},
+            {"endpoint": 0, "waiting_max": 4, "kv_usage_max": 0.6, "preemptions": 0},
+            {"endpoint": 1, "waiting_max": 9, "kv_usage_max": 0.8, "preemptions": 5},
         ],
         "gpus": [{"min_free_mib": 900, "max_temp_c": 79}, {"min_free_mib": 3000, "max_temp_c": 85}],
     }
@@ -392,7 +392,7 @@ def test_record_figures_are_the_exact_summary():
 
 
 def test_record_without_preemption_counts_has_no_preemption_data():
-    m = metrics_from_record(summary(), {"engines": [{"max_waiting": 4, "max_kv_usage": 0.6}]})
+    m = metrics_from_record(summary(), {"engines": [{"waiting_max": 4, "kv_usage_max": 0.6}]})
     assert m["engine.preemptions"] is None
     assert m["engine.max_waiting"] == 4
 

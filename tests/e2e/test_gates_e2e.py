@@ -122,7 +122,7 @@ def test_canaries_run_beside_the_load_and_reconcile(sim, tmp_path):
     load = rec["reconciliation"]["load"]
     assert load["matched"] is True, load
     assert load["includes_canary_requests"] == len(lines)
-    assert load["client"]["requests"] == rec["load"]["completed"] + len(lines)
+    assert load["requests"]["client"] == rec["load"]["completed"] + len(lines)
     # snapshots showed canary progress while the load ran
     snaps = journal(run_dir, "snapshots.jsonl")
     assert any("canary" in s["gates"] and s["phase"] == "load" for s in snaps)

@@ -165,12 +165,15 @@ def test_engine_queueing_is_visible_beside_client_concurrency(tmp_path):
     rec = record(only_run_dir(out))
     engine = rec["telemetry"]["engines"][0]
     assert rec["load"]["workers_started"] == 16
-    assert engine["max_running"] == 4 and engine["max_waiting"] >= 8
+    assert engine["running_max"] == 4 and engine["waiting_max"] >= 8
     assert rec["reconciliation"]["matched"] is True
     lines = journal(only_run_dir(out), "telemetry.jsonl")
     tele = [t for t in lines if t["source"] == "engine"]
-    # besides the engine scrapes: NVML's one line saying this host has no NVIDIA driver
-    assert len(tele) >= 4 and {t["source"] for t in lines} == {"engine", "nvml"}
+    # besides the engine scrapes: the host samples, and NVML's one line saying this host
+    # has no NVIDIA driver
+    assert len(tele) >= 4 and {t["source"] for t in lines} == {"engine", "host", "nvml"}
+    host = [t for t in lines if t["source"] == "host"]
+    assert host[-1]["client"]["rss_mb"] > 0 and host[-1]["system"]["mem_total_mib"] > 0
 
 
 def test_xid_mid_run_is_a_gpu_fault_beside_the_requests_it_broke(tmp_path):
@@ -197,6 +200,15 @@ def test_xid_mid_run_is_a_gpu_fault_beside_the_requests_it_broke(tmp_path):
     gpus = rec["telemetry"]["gpus"]
     assert len(gpus) == 8 and all(g["min_free_mib"] is not None for g in gpus)  # 2 × 4 GPUs
     assert sum(len(g["xid_events"]) for g in gpus) == 1
+    # one timeline of faults, relative to the load's start, in the reasons too
+    faults = rec["faults"]
+    gpu_xid = [f for f in faults if f["kind"] == "xid" and f["source"] == "gpu (dcgm)"]
+    assert len(gpu_xid) == 1 and gpu_xid[0]["gpu"] == 1 and gpu_xid[0]["xid"] == 31, faults
+    assert 0 < gpu_xid[0]["time_s"] < 8, gpu_xid  # half-way through the 8 s load
+    log_iam = [f for f in faults if f["kind"] == "cuda_illegal_memory_access"]
+    assert log_iam and log_iam[0]["source"] == "server log" and log_iam[0]["replica"] == 1
+    messages = " | ".join(r["message"] for r in rec["reasons"])
+    assert "Xid 31" in messages and "at load+00:00:0" in messages, messages
     (t,) = rec["thresholds"]
     assert t["state"] == "ok" and t["observed"] is not None
     snaps = journal(run_dir, "snapshots.jsonl")

@@ -157,3 +157,68 @@ def test_control_file_marks_and_stops_the_run(sim, tmp_path):
     assert rec["status"] == "ABORTED" and "operator stop" in rec["reasons"][0]["message"]
     marks = [e for e in journal(run_dir, "events.jsonl") if e["kind"] == "mark"]
     assert [m["message"] for m in marks] == ["restarted replica 1 by hand"]
+
+
+def test_pause_stops_issuing_then_resume_goes_on_and_the_record_says_so(sim, tmp_path):
+    """p in the monitor: no request is sent while paused; the pause is a phase and a note."""
+    import time
+
+    from soak.control import send_control
+
+    out = tmp_path / "runs"
+    args = run_args(sim, out, "--concurrency", "4", "--duration", "6", "--max-tokens", "8")
+    p = soaktop(*args)
+    run_dir = wait_for_phase(out, "load")
+    time.sleep(1.0)
+    send_control(run_dir, "pause", "checking the replica")
+    wait_for_phase(out, "paused")
+    time.sleep(2.0)
+    send_control(run_dir, "resume")
+    text, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, text
+    rec = record(run_dir)
+    names = [ph["name"] for ph in rec["phases"]]
+    assert names[names.index("load") :][:3] == ["load", "paused", "load"], names
+    paused = next(ph for ph in rec["phases"] if ph["name"] == "paused")
+    # the workers finish what is in flight, then send nothing until the resume
+    sent = [r["sent_s"] for r in journal(run_dir)]
+    inside = [s for s in sent if paused["start_s"] + 0.5 < s < paused["end_s"]]
+    assert not inside, (paused, inside)
+    assert any(s > paused["end_s"] for s in sent)  # issuing went on after the resume
+    (note,) = [r for r in rec["reasons"] if r["code"] == "paused"]
+    assert note["effect"] == "note" and "paused issuing 1×" in note["message"]
+    controls = [e["message"] for e in journal(run_dir, "events.jsonl") if e["kind"] == "control"]
+    assert controls == [
+        "operator paused issuing (checking the replica)",
+        "operator resumed issuing",
+    ]
+    assert run_soaktop("verify", str(run_dir))[0] == 0
+
+
+def test_attach_without_a_terminal_follows_and_detaching_leaves_the_run_going(sim, tmp_path):
+    """soaktop attach from another shell: status lines, the final report and its exit code;
+    a Ctrl-C in the attached shell detaches and never stops the run."""
+    import signal
+    import time
+
+    out = tmp_path / "runs"
+    args = run_args(sim, out, "--concurrency", "2", "--duration", "5", "--max-tokens", "8")
+    owner = soaktop(*args)
+    run_dir = wait_for_phase(out, "load")
+    first = soaktop("attach", str(run_dir))
+    time.sleep(1.5)
+    first.send_signal(signal.SIGINT)
+    text1, _ = first.communicate(timeout=20)
+    assert first.returncode == 129 and f"re-attach with: soaktop attach {run_dir}" in text1
+    second = soaktop("attach", str(run_dir))
+    text2, _ = second.communicate(timeout=60)
+    owner.communicate(timeout=60)
+    assert owner.returncode == 0
+    assert second.returncode == 0 and "PASSED" in text2 and "[load" in text2, text2
+    # attach to a finished run prints its report; view does the same without a terminal
+    rc, text3 = run_soaktop("attach", str(run_dir))
+    assert rc == 0 and "PASSED" in text3
+    rc, text4 = run_soaktop("view", str(run_dir))
+    assert rc == 0 and "record:" in text4
+    rc, text5 = run_soaktop("view", str(tmp_path))
+    assert rc == 2 and "not a soaktop run directory" in text5

@@ -45,8 +45,8 @@ def test_demo_headless_20s_passes_with_a_complete_record(tmp_path):
     # the server's counters grew by exactly what the client received
     assert rec["reconciliation"]["matched"] is True, rec["reconciliation"]
     engines = rec["telemetry"]["engines"]
-    assert len(engines) == 2 and all(e["max_running"] > 0 for e in engines)
-    assert sum(e["max_running"] for e in engines) <= load["requested_concurrency"]
+    assert len(engines) == 2 and all(e["running_max"] > 0 for e in engines)
+    assert sum(e["running_max"] for e in engines) <= load["requested_concurrency"]
     assert rec["identity"]["endpoints"][0]["token_slots"] > 0
     rows = list(csv.DictReader((run_dir / "summary.csv").open()))
     assert rows[0]["status"] == "PASSED" and int(rows[0]["completed_requests"]) == load["completed"]

@@ -97,14 +97,14 @@ def test_client_concurrency_is_not_engine_occupancy(queued):
     queued.check_verdict()
     load = queued.rec["load"]
     engine = queued.rec["telemetry"]["engines"][0]
-    print({k: engine[k] for k in ("max_running", "max_waiting", "max_kv_usage", "preemptions")})
+    print({k: engine[k] for k in ("running_max", "waiting_max", "kv_usage_max", "preemptions")})
     assert load["workers_started"] == load["requested_concurrency"] == QUEUE_WORKERS
     assert load["barrier_released"] is True and load["completed"] > 0
     # Two different numbers, both recorded: 32 client streams, at most 8 running on the
     # engine, the rest waiting in its queue.
     assert engine["engine"] == "vllm" and engine["scrapes"] > engine["scrape_errors"]
-    assert 0 < engine["max_running"] <= QUEUE_MAX_SEQS, engine
-    assert engine["max_waiting"] > 0, engine
+    assert 0 < engine["running_max"] <= QUEUE_MAX_SEQS, engine
+    assert engine["waiting_max"] > 0, engine
     assert engine["preemptions"] == 0, engine  # queued, not preempted: the KV cache is ample
     # The server saw the queue too: its queue-time histogram covers the load's requests.
     assert_server_latencies(engine)
@@ -158,7 +158,7 @@ def test_kv_cache_pressure_preempts(tmp_path):
         f"kv soak: {soak.wall_s:.1f} s with the server start; block_size "
         f"{ep['cache_config'].get('block_size')}, slots {ep['token_slots']}; "
         f"completed {load['completed']}; "
-        + str({k: engine[k] for k in ("max_running", "max_waiting", "max_kv_usage")})
+        + str({k: engine[k] for k in ("running_max", "waiting_max", "kv_usage_max")})
         + f" preemptions {engine['preemptions']}; reconciliation {rec['reconciliation']}"
     )
     soak.check_verdict()
@@ -173,6 +173,6 @@ def test_kv_cache_pressure_preempts(tmp_path):
     assert ep["token_slots"] == KV_BLOCKS * block
     assert ep["token_slots"] < KV_WORKERS * KV_MAX_TOKENS
     # The engine ran out of cache and preempted running requests during the load.
-    assert engine["max_kv_usage"] >= 0.8, engine
+    assert engine["kv_usage_max"] >= 0.8, engine
     assert engine["preemptions"] > 0, engine
     assert_server_latencies(engine)

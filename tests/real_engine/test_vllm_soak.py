@@ -57,9 +57,9 @@ def test_short_soak(vllm_logged, tmp_path, workers):
     # The server's counters grew by exactly what the client's journal holds.
     recon = rec["reconciliation"]
     assert recon["matched"] is True, recon
-    assert recon["load"]["server"]["generation_tokens"] == MAX_TOKENS * len(ok)
+    assert recon["load"]["generation_tokens"]["server"] == MAX_TOKENS * len(ok)
     engine = rec["telemetry"]["engines"][0]
-    assert engine["engine"] == "vllm" and 0 < engine["max_running"] <= workers
+    assert engine["engine"] == "vllm" and 0 < engine["running_max"] <= workers
 
     rc_v, out_v = run_soaktop("verify", str(run_dir))
     assert rc_v == 0, out_v
