@@ -30,6 +30,10 @@ def test_demo_headless_20s_passes_with_a_complete_record(tmp_path):
         assert (gates["json"]["passed"], gates["json"]["total"]) == (24, 24), gates
         assert (gates["tools"]["passed"], gates["tools"]["total"]) == (8, 8), gates
         assert rec["reconciliation"][phase]["matched"] is True, rec["reconciliation"][phase]
+    for phase in ("before", "load", "after"):
+        for counter in ("requests", "prompt_tokens", "generation_tokens"):
+            item = rec["reconciliation"][phase][counter]
+            assert item["status"] == "matched" and item["client"] == item["server"] > 0, item
     assert "gates: before json 24/24, tools 8/8; after json 24/24, tools 8/8" in out
     assert not (run_dir / "evidence").exists()
     assert load["workers_started"] == load["requested_concurrency"] == 32
@@ -47,6 +51,14 @@ def test_demo_headless_20s_passes_with_a_complete_record(tmp_path):
     engines = rec["telemetry"]["engines"]
     assert len(engines) == 2 and all(e["running_max"] > 0 for e in engines)
     assert sum(e["running_max"] for e in engines) <= load["requested_concurrency"]
+    for e in engines:  # every replica: occupancy, slots, client beside server TTFT
+        assert 0 < e["running_mean"] <= e["running_max"] and e["token_slots"] > 0, e
+        assert e["client_ttft_s"]["n"] > 0 and e["server_ttft_s"]["n"] > 0, e
+        gap = e["ttft_gap_s"]["p50"]
+        assert gap == e["client_ttft_s"]["p50"] - e["server_ttft_s"]["p50"], e
+    gpus = rec["telemetry"]["gpus"]
+    assert len(gpus) == 8 and all(g["samples"] > 0 and g["max_temp_c"] for g in gpus), gpus
+    assert rec["faults"] == [] and rec["telemetry"]["host"]["client_cpu_percent_max"] > 0
     assert rec["identity"]["endpoints"][0]["token_slots"] > 0
     rows = list(csv.DictReader((run_dir / "summary.csv").open()))
     assert rows[0]["status"] == "PASSED" and int(rows[0]["completed_requests"]) == load["completed"]
