@@ -32,6 +32,7 @@ from soak.journal import read_jsonl
 from soak.record import load_record
 
 CPU_TARGET = 1.05
+TTFT_FLOOR_MS = 1.0
 
 
 def _args(sim, out: Path, a: argparse.Namespace) -> list[str]:
@@ -123,16 +124,22 @@ def main() -> int:
         return statistics.fmean(x[key] for x in rows[arm])
 
     cpu_ratio = mean("monitor", "cpu_us_per_token") / mean("headless", "cpu_us_per_token")
-    p50 = [x["ttft_p50_ms"] for x in rows["headless"]]
-    spread = max(p50) - min(p50) if len(p50) > 1 else float("nan")
-    shift = mean("monitor", "ttft_p50_ms") - mean("headless", "ttft_p50_ms")
     print(
         f"\nrunner CPU per token, monitor / headless: {cpu_ratio:.3f} "
-        f"(target ≤ {CPU_TARGET:.2f}: {'met' if cpu_ratio <= CPU_TARGET else 'NOT met'})\n"
-        f"TTFT p50 shift with the monitor: {shift:+.1f} ms; headless run-to-run spread "
-        f"{spread:.1f} ms ({'within' if abs(shift) <= spread else 'OUTSIDE'} the noise)\n"
-        f"run directories: {root}"
+        f"(target ≤ {CPU_TARGET:.2f}: {'met' if cpu_ratio <= CPU_TARGET else 'NOT met'})"
     )
+    for key in ("ttft_p50_ms", "ttft_p99_ms"):
+        base = [x[key] for x in rows["headless"]]
+        # run-to-run spread of the headless arm, never below the 1 ms a timer and a
+        # scheduler tick blur on a loaded host
+        noise = max(max(base) - min(base), TTFT_FLOOR_MS)
+        shift = mean("monitor", key) - mean("headless", key)
+        verdict = "within" if abs(shift) <= noise else "OUTSIDE"
+        print(
+            f"TTFT {key[5:8]} shift with the monitor: {shift:+.2f} ms; headless spread "
+            f"{max(base) - min(base):.2f} ms (floor {TTFT_FLOOR_MS:g} ms): {verdict} the noise"
+        )
+    print(f"run directories: {root}")
     return 0
 
 

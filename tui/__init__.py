@@ -1,5 +1,5 @@
-"""The Textual monitor (a viewer of the runner's snapshots; no measurement here).
+"""The Textual monitor: a viewer of the runner's run directory (no measurement here).
 
-Not built yet: it is the plan's live-monitor issue. Until then ``soaktop run`` and
-``soaktop demo`` run headless and say so.
+``tui.frontend.TuiFrontend`` is what the CLI calls (live follow, attach, view);
+``tui.entry.main`` is the console script that hands it to ``soak.cli.main``.
 """

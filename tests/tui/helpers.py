@@ -1,0 +1,118 @@
+"""Shared helpers of the monitor's tests: fixture run dirs, a live writer, screen text."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from textual.app import App
+from textual.content import Content
+from textual.widget import Widget
+
+from tui.app import SoakTopApp
+from tui.settings import UiSettings
+
+FIXTURES = Path(__file__).parent / "fixtures"
+HEALTHY = FIXTURES / "healthy"
+XID = FIXTURES / "xid-mid-run"
+ENGINE_DEATH = FIXTURES / "engine-death"
+POST_LOAD_500 = FIXTURES / "post-load-500"
+
+
+def screen_text(app: App[Any]) -> str:
+    """The active screen as plain text, one line per terminal row."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+def rendered(widget: Widget) -> str:
+    """What a Static-like widget shows, as plain text."""
+    visual = widget.render()
+    return visual.plain if isinstance(visual, Content) else str(visual)
+
+
+def snapshots(run_dir: Path) -> list[dict[str, Any]]:
+    """A fixture's snapshot lines as dicts."""
+    return [json.loads(x) for x in (run_dir / "snapshots.jsonl").read_text().splitlines()]
+
+
+def control_lines(run_dir: Path) -> list[dict[str, Any]]:
+    """What the monitor wrote to control.jsonl."""
+    path = run_dir / "control.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+class LiveRun:
+    """A run directory written step by step, as the runner would, from a fixture."""
+
+    def __init__(self, source: Path, target: Path) -> None:
+        self.source = source
+        self.dir = target
+        target.mkdir(parents=True, exist_ok=True)
+        for name in ("config.json", "identity.json"):
+            if (source / name).exists():
+                shutil.copyfile(source / name, target / name)
+        self.snaps = snapshots(source)
+        # Raw lines, so that rewriting events.jsonl keeps its bytes (readers hold offsets).
+        self.event_lines = (source / "events.jsonl").read_text().splitlines(keepends=True)
+        self.events = [json.loads(x) for x in self.event_lines]
+        self.written = 0
+
+    def write_until(self, index: int) -> dict[str, Any]:
+        """Append snapshots up to ``index`` (inclusive) and the events they cover."""
+        with (self.dir / "snapshots.jsonl").open("a") as fh:
+            for snap in self.snaps[self.written : index + 1]:
+                fh.write(json.dumps(snap) + "\n")
+        last = self.snaps[index]
+        self.written = index + 1
+        shown = [
+            raw for raw, e in zip(self.event_lines, self.events, strict=True) if e["t"] <= last["t"]
+        ]
+        (self.dir / "events.jsonl").write_text("".join(shown))
+        return last
+
+    def finish(self) -> None:
+        """Everything, then the record."""
+        self.write_until(len(self.snaps) - 1)
+        shutil.copyfile(self.source / "events.jsonl", self.dir / "events.jsonl")
+        shutil.copyfile(self.source / "record.json", self.dir / "record.json")
+
+
+class FakeRunner:
+    """A runner process stand-in: alive until ``returncode`` is set."""
+
+    def __init__(self) -> None:
+        self.returncode: int | None = None
+        self.signals: list[int] = []
+
+    @property
+    def pid(self) -> int:
+        return 424242
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def signal(self, signum: int) -> None:
+        self.signals.append(signum)
+
+
+def live_app(run_dir: Path, runner: FakeRunner | None = None, **kw: Any) -> SoakTopApp:
+    """A live app that reads only when the test says so (``poll_now``)."""
+    settings = kw.pop("settings", UiSettings())
+    return SoakTopApp(
+        run_dir,
+        mode="live",
+        settings=settings,
+        runner=runner or FakeRunner(),
+        auto_poll=False,
+        **kw,
+    )
+
+
+def view_app(run_dir: Path, **kw: Any) -> SoakTopApp:
+    """A replay of a fixture run."""
+    settings = kw.pop("settings", UiSettings())
+    return SoakTopApp(run_dir, mode="view", settings=settings, **kw)

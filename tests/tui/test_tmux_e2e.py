@@ -1,0 +1,81 @@
+"""End to end in a real pseudo-terminal: ``soaktop demo`` in an 80×24 tmux pane.
+
+Starts the simulated engine and the runner through the console script's code path
+(``python -m tui.entry``), reads the screen with ``tmux capture-pane``, quits with ``q``.
+The load lasts a few seconds only (``DEMO_S``) and the probes run 16 at a time, to keep
+the suite short: the gates before and after the load take most of the time.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_S = int(os.environ.get("SOAKTOP_TMUX_DEMO_S", "6"))
+
+
+def _capture(session: str) -> str:
+    return subprocess.run(
+        ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=False
+    ).stdout
+
+
+def _wait_for(session: str, ok: Callable[[str], bool], timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = _capture(session)
+        if ok(screen):
+            return screen
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout_s} s; the screen was:\n{screen}")
+
+
+def test_demo_in_an_80x24_terminal(tmp_path: Path) -> None:
+    session = f"soaktop-e2e-{os.getpid()}"
+    exit_file = tmp_path / "exit"
+    command = (
+        f"cd {shlex.quote(str(ROOT))} && LANG=C.UTF-8 {shlex.quote(sys.executable)} -m tui.entry "
+        f"demo --duration {DEMO_S} --probe-concurrency 16 --out {shlex.quote(str(tmp_path))}; "
+        f"echo $? > {shlex.quote(str(exit_file))}; sleep 60"
+    )
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-x", "80", "-y", "24", "-s", session, command], check=True
+    )
+    try:
+        live = _wait_for(session, lambda s: "LIVE" in s and "load 00:" in s, 60)
+        for title in (
+            "2 throughput",
+            "3 latency",
+            "4 concurrency",
+            "5 gates",
+            "6 GPUs",
+            "7 events",
+        ):
+            assert title in live
+        assert "q Quit" in live and "s Stop" in live
+        assert "Detach" not in live  # the demo's engine dies with this process
+        done = _wait_for(session, lambda s: "run finished: PASSED" in s, 90)
+        assert "after  json 24/24 PASS" in done
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        deadline = time.monotonic() + 30
+        while not exit_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert exit_file.read_text().strip() == "0"
+        assert "PASSED  tiny-sim__demo__" in _capture(session)  # the report after the app
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False)

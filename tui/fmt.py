@@ -1,0 +1,158 @@
+"""Reading snapshot dicts defensively and turning their numbers into short labels.
+
+Snapshots are read as plain dicts, not validated models: telemetry keys keep growing and
+an old run directory may lack new ones, so every read tolerates a missing key or a value
+of the wrong type and yields ``None`` ("no data", never 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tui.glyphs import Glyphs
+
+
+def dig(obj: Any, *keys: str | int) -> Any:
+    """``obj[k1][k2]...`` or None when any step is missing or of the wrong kind."""
+    for key in keys:
+        if isinstance(key, int):
+            if not isinstance(obj, list | tuple) or not -len(obj) <= key < len(obj):
+                return None
+            obj = obj[key]
+        else:
+            if not isinstance(obj, Mapping):
+                return None
+            obj = obj.get(key)
+    return obj
+
+
+def num(obj: Any, *keys: str | int) -> float | None:
+    """A finite number at that path, else None (bools are not numbers here)."""
+    v = dig(obj, *keys)
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def mapping(obj: Any, *keys: str | int) -> Mapping[str, Any]:
+    """The mapping at that path, or an empty one."""
+    v = dig(obj, *keys)
+    return v if isinstance(v, Mapping) else {}
+
+
+def dicts(obj: Any, *keys: str | int) -> list[Mapping[str, Any]]:
+    """The list of mappings at that path (non-mappings dropped), or an empty list."""
+    v = dig(obj, *keys)
+    if not isinstance(v, list | tuple):
+        return []
+    return [x for x in v if isinstance(x, Mapping)]
+
+
+def text(obj: Any, *keys: str | int) -> str | None:
+    """A string at that path, else None."""
+    v = dig(obj, *keys)
+    return v if isinstance(v, str) else None
+
+
+def mmss(seconds: float | None) -> str:
+    """``mm:ss`` (``h:mm:ss`` past an hour)."""
+    if seconds is None:
+        return "--:--"
+    s = max(0, int(seconds))
+    if s >= 3600:
+        return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{s // 60:02d}:{s % 60:02d}"
+
+
+def secs(v: float | None, g: Glyphs) -> str:
+    """A latency in seconds as ``46ms``, ``2.12s`` or ``95s`` (at most 5 characters)."""
+    if v is None:
+        return g.missing
+    if v < 0.0995:
+        return f"{v * 1000:.1f}ms" if v < 0.00995 else f"{v * 1000:.0f}ms"
+    if v < 0.9995:
+        return f"{v * 1000:.0f}ms"
+    if v < 9.995:
+        return f"{v:.2f}s"
+    if v < 99.95:
+        return f"{v:.1f}s"
+    return f"{v:.0f}s"
+
+
+def rate(v: float | None, g: Glyphs) -> str:
+    """A rate: ``1447``, ``17.3``, ``0.52``, ``12.4k``."""
+    if v is None:
+        return g.missing
+    if v >= 99_950:
+        return f"{v / 1000:.0f}k"
+    if v >= 9_999.5:
+        return f"{v / 1000:.1f}k"
+    if v >= 99.95:
+        return f"{v:.0f}"
+    if v >= 9.995:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def count(v: float | None, g: Glyphs) -> str:
+    """A whole count, or the missing mark."""
+    return g.missing if v is None else f"{int(v)}"
+
+
+def pct(fraction: float | None, g: Glyphs) -> str:
+    """A 0–1 fraction as a whole percentage."""
+    return g.missing if fraction is None else f"{fraction * 100:.0f}%"
+
+
+def clip(s: str, width: int, g: Glyphs) -> str:
+    """``s`` cut to ``width`` cells with an ellipsis when it does not fit."""
+    if width <= 0:
+        return ""
+    if len(s) <= width:
+        return s
+    if width <= len(g.ellipsis):
+        return s[:width]
+    return s[: width - len(g.ellipsis)] + g.ellipsis
+
+
+PHASE_LABELS = {
+    "identity": "identity",
+    "before_gates": "before gates",
+    "barrier": "barrier",
+    "load": "load",
+    "paused": "load paused",
+    "drain": "drain",
+    "after_gates": "after gates",
+    "finalize": "finalize",
+    "done": "done",
+}
+
+
+def phase_label(phase: str | None) -> str:
+    """The operator's word for a protocol phase (unknown ones pass through)."""
+    if not phase:
+        return "waiting for the runner"
+    return PHASE_LABELS.get(phase, phase.replace("_", " "))
+
+
+STATUS_STYLES = {
+    "PASSED": "bold $text-success",
+    "FAILED": "bold $text-error",
+    "INVALID": "bold $text-warning",
+    "ABORTED": "bold $text-warning",
+}
+
+
+def status_style(status: str | None) -> str:
+    """Colour for a verdict word (the word itself is always shown)."""
+    return STATUS_STYLES.get(status or "", "bold $text-primary")
+
+
+SEVERITY_STYLES = {
+    "critical": "bold $text-error",
+    "error": "$text-error",
+    "warning": "$text-warning",
+    "info": "",
+}

@@ -1,0 +1,59 @@
+"""Messages from the reader worker to the app.
+
+A ``SnapshotTick`` carries the newest snapshot and the chart history; when the app is
+busy, an unprocessed tick is replaced by the next one instead of queueing (the screen
+only ever needs the latest). Events and the end of the run are never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from textual.message import Message
+
+from tui.reader import EventEntry, HistoryPoint, RunMeta
+
+
+class SnapshotTick(Message):
+    """The newest snapshot and the chart points up to it."""
+
+    def __init__(self, snapshot: Mapping[str, Any], history: tuple[HistoryPoint, ...]) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        self.history = history
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SnapshotTick)
+
+
+class EventsArrived(Message):
+    """New lines of events.jsonl, oldest first."""
+
+    def __init__(self, events: tuple[EventEntry, ...]) -> None:
+        super().__init__()
+        self.events = events
+
+
+class MetaFound(Message):
+    """The run's target (config.json / identity.json) became readable."""
+
+    def __init__(self, meta: RunMeta) -> None:
+        super().__init__()
+        self.meta = meta
+
+
+class RunEnded(Message):
+    """record.json appeared: the run is over and its verdict final."""
+
+    def __init__(self, record: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.record = record
+
+
+class RunnerDied(Message):
+    """The runner process is gone and left no record."""
+
+    def __init__(self, returncode: int | None) -> None:
+        super().__init__()
+        self.returncode = returncode

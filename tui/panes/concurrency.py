@@ -1,0 +1,124 @@
+"""Pane 4: requested vs started vs in flight, each replica's occupancy and KV, the client.
+
+Client concurrency and the engine's sampled occupancy are different numbers (DESIGN §2):
+both are shown, side by side, neither derived from the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from textual.content import Content
+
+from tui.fmt import count, dicts, mapping, num, pct, rate, secs, text
+from tui.glyphs import Glyphs
+from tui.panes.base import Pane, line, lines, muted
+from tui.runview import RunView
+
+
+def replica_line(
+    eng: Mapping[str, Any], health: Mapping[str, Any] | None, width: int, g: Glyphs
+) -> Content:
+    """``e0 ok  run 16 wait 0 KV ██░░ 1%`` or why the replica has no numbers."""
+    ep = num(eng, "endpoint")
+    who = f"e{int(ep)}" if ep is not None else "e?"
+    status = text(eng, "status") or "ok"
+    state = text(health, "state") if health else None
+    down = health is not None and health.get("ok") is False
+    if down:
+        since = num(health, "down_for_s")
+        why = f"DOWN {state or 'unhealthy'}" + (f" {since:.0f}s" if since is not None else "")
+        extra = "" if status == "ok" else f" ({status})"
+        return line((f"{who:<3}", "bold"), (why, "bold $text-error"), muted(extra))
+    if status != "ok":
+        style = "$text-error" if "fail" in status else "dim"
+        return line((f"{who:<3}", "bold"), (status, style))
+    kv = num(eng, "kv_usage")
+    slots = num(eng, "token_slots")
+    if width < 38:  # a 60-column terminal: no padding, a short bar
+        return line(
+            (f"{who} ", "bold"),
+            muted("run "),
+            count(num(eng, "running"), g),
+            muted(" wait "),
+            count(num(eng, "waiting"), g),
+            muted(" KV "),
+            (g.bar(kv, max(3, width - 24)), "$text-accent"),
+            f" {pct(kv, g)}",
+        )
+    bar_w = max(4, min(20, width - 34))
+    parts: list[Any] = [
+        (f"{who:<3}", "bold"),
+        ("ok ", "$text-success"),
+        muted("run "),
+        f"{count(num(eng, 'running'), g):>3}",
+        muted(" wait "),
+        f"{count(num(eng, 'waiting'), g):>3}",
+        muted(" KV "),
+        (g.bar(kv, bar_w), "$text-accent"),
+        f" {pct(kv, g):>4}",
+    ]
+    if slots is not None and width >= 48:
+        parts.append(muted(f" of {rate(slots, g)} slots"))
+    return line(*parts)
+
+
+class ConcurrencyPane(Pane):
+    """Client side first, then one line per replica, then the client's own health."""
+
+    NUMBER = 4
+    TITLE = "concurrency"
+
+    def build(self, view: RunView, width: int, height: int) -> Content:
+        g = view.glyphs
+        load = mapping(view.snapshot, "load")
+        requested = num(load, "requested_concurrency")
+        started = num(load, "workers_started")
+        short = width < 44
+        tight = width < 32
+        first = line(
+            muted("req " if short else "requested "),
+            (count(requested, g), "bold"),
+            muted(" start " if tight else "  started "),
+            (
+                count(started, g),
+                "bold $text-error"
+                if started is not None
+                and requested
+                and started < requested
+                and text(view.snapshot, "phase") not in (None, "identity", "before_gates")
+                else "bold",
+            ),
+            muted(" in flight " if tight else "  in flight "),
+            (count(num(load, "in_flight"), g), "bold $text-primary"),
+        )
+        out: list[Content | str] = [first]
+        engines = dicts(view.telemetry, "engines")
+        health = {
+            int(h["endpoint"]): h
+            for h in dicts(view.telemetry, "health")
+            if num(h, "endpoint") is not None
+        }
+        if not engines:
+            out.append(line(muted("no engine metrics")))
+        room = max(1, height - 2)
+        for i, eng in enumerate(engines):
+            if i == room - 1 and len(engines) > room:
+                out.append(line(muted(f"+{len(engines) - i} more replicas (4 to maximise)")))
+                break
+            ep = num(eng, "endpoint")
+            out.append(replica_line(eng, health.get(int(ep)) if ep is not None else None, width, g))
+        client = mapping(view.snapshot, "client")
+        if client and height > len(out):
+            out.append(
+                line(
+                    muted("client cpu "),
+                    f"{count(num(client, 'cpu_percent'), g)}%",
+                    muted(" lag "),
+                    secs(num(client, "loop_lag_s"), g),
+                    muted(" fd "),
+                    f"{count(num(client, 'open_files'), g)}/{count(num(client, 'fd_limit'), g)}",
+                )
+            )
+        return lines(out[:height])
