@@ -1,4 +1,4 @@
-"""The ``soaktop`` command line: run, demo, attach, view, sim, verify, recover.
+"""The ``soaktop`` command line: run, demo, attach, view, decide, sim, verify, recover.
 
 Exit codes (DESIGN.md §6): 0 passed, 1 failed, 2 usage or configuration error,
 3 invalid, 4 aborted. ``verify`` exits 0 when the record agrees with its journals, else 1.
@@ -92,6 +92,8 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--dcgm": {"action": "append", "dest": "dcgm", "metavar": "URL"},
     "--no-nvml": {"action": "store_const", "const": False, "dest": "nvml"},
     "--reconcile": {"dest": "reconcile", "choices": ["report", "strict"]},
+    "--matrix": {"dest": "matrix", "metavar": "SPEC"},
+    "--reasoning": {"dest": "reasoning_effort", "metavar": "LEVEL"},
     "--ignore-xid": {
         "type": lambda v: [int(x) for x in v.split(",") if x.strip()],
         "action": "extend",
@@ -196,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     view = sub.add_parser("view", help="replay a finished run in the monitor")
     view.add_argument("run_dir", type=Path)
     _add_display(view)
+
+    from soak.cli_decide import add_parser as add_decide
+
+    add_decide(sub)
 
     verify = sub.add_parser("verify", help="recompute a record from its journals")
     verify.add_argument("run_dir", type=Path)
@@ -404,9 +410,13 @@ def cmd_verify(ns: argparse.Namespace) -> int:
 
     rec = load_record(ns.run_dir)
     n = rec.load.completed + rec.load.failed + rec.load.cancelled if rec.load else 0
+    what = "load summary"
+    if rec.matrix is not None:
+        what = f"matrix ({len(rec.matrix.cells)} cells)"
+        n = sum(c.completed + c.failed for c in rec.matrix.cells)
     print(
-        f"soaktop verify: {rec.run_id}: OK — {len(rec.files)} file hashes match; the load "
-        f"summary recomputed from {n} journaled requests and the gates from "
+        f"soaktop verify: {rec.run_id}: OK — {len(rec.files)} file hashes match; the {what} "
+        f"recomputed from {n} journaled requests and the gates from "
         f"{_lines(ns.run_dir / 'probes.jsonl')} probe attempts equal the record "
         f"({rec.status.value})"
     )
@@ -447,6 +457,8 @@ def main(argv: Sequence[str] | None = None, ui: FrontendFactory | None = None) -
 
         return int(sim_main(args[1:]) or 0)
     ns = build_parser().parse_args(args)
+    if (handler := getattr(ns, "handler", None)) is not None:
+        return int(handler(ns))
     handlers = {
         "run": cmd_run,
         "demo": cmd_demo,

@@ -131,6 +131,13 @@ class RunConfig(BaseModel):
     """Commands whose output is a server log, e.g. "docker logs -f --since 0s vllm" or
     "journalctl -f -u vllm" (followed like server_log)."""
 
+    matrix: str | None = None
+    """Run the matrix profile instead of a soak: "input=6000,25000 concurrency=1,4 reps=3
+    requests=4 [warmup=1]" — every (input, concurrency) cell as reps × requests timed
+    requests after an untimed warm-up (warmup requests per worker), unique synthetic
+    prompts seeded by pool_seed (the same in every arm of an A/B/A scout)."""
+    reasoning_effort: str | None = Field(None, pattern=r"^[a-z]+$")
+    """Sent as reasoning_effort in every load request (e.g. high, max), when set."""
     reconcile: Literal["report", "strict"] = "report"
     """Client vs server counters per phase: report (a mismatch is a note on the verdict) or
     strict (a mismatch with no failed or cut request to explain it makes the run INVALID)."""
@@ -209,12 +216,31 @@ class RunConfig(BaseModel):
                 raise ValueError(f"{pid}: {why}")
         return v
 
+    @field_validator("matrix")
+    @classmethod
+    def _check_matrix(cls, v: str | None) -> str | None:
+        from soak.matrix import MatrixError, parse_matrix
+
+        if v is None:
+            return None
+        try:
+            return parse_matrix(v).text()
+        except MatrixError as e:
+            raise ValueError(str(e).removeprefix("matrix: ")) from None
+
     @model_validator(mode="after")
     def _check_combinations(self) -> RunConfig:
         if self.duration_s is None and self.max_requests is None:
             raise ValueError("set duration_s or max_requests: the issue window needs an end")
         if self.prompts is not None and self.synthetic_input_tokens is not None:
             raise ValueError("prompts and synthetic_input_tokens are exclusive: choose one source")
+        if self.matrix is not None and (
+            self.prompts is not None or self.synthetic_input_tokens is not None
+        ):
+            raise ValueError(
+                "matrix builds its own synthetic prompts per cell: drop prompts and "
+                "synthetic_input_tokens"
+            )
         if self.prompts is not None and not self.prompts.is_file():
             raise ValueError(f"prompts file {str(self.prompts)!r} does not exist")
         return self

@@ -209,7 +209,8 @@ class EngineWatch:
         return prev
 
     def view(self) -> list[dict[str, object]]:
-        """Latest values per endpoint, for the snapshot's telemetry section."""
+        """Latest values per endpoint, for the snapshot's telemetry section; from the
+        barrier on, also the server's TTFT estimate over the load so far."""
         out: list[dict[str, object]] = []
         for i, s in enumerate(self.latest):
             if s is None:
@@ -219,7 +220,13 @@ class EngineWatch:
                     {"endpoint": i, "status": "scrape failed", "error": self._scrub(s.error)}
                 )
             else:
-                out.append({"endpoint": i, "status": "ok", "t": s.t} | s.values)
+                item = {"endpoint": i, "status": "ok", "t": s.t} | s.values
+                first = self.first[i]
+                end = self.last[i] if self._window_closed else s
+                if first is not None and end is not None:
+                    # the server's own TTFT since the barrier, beside the client's live one
+                    item["server_ttft_s"] = server_latency(first, end, "ttft")
+                out.append(item)
         return out
 
     def summary(self) -> list[dict[str, object]]:

@@ -23,6 +23,7 @@ from soak.faults import faults_from_events
 from soak.gate_session import gates_from_journal, probe_accounting
 from soak.gpu_sources import gpu_entries, gpu_source_status
 from soak.journal import read_jsonl, sha256_file
+from soak.matrix import matrix_reasons
 from soak.reconcile import overall, reconcile, reconcile_gates, reconcile_reasons
 from soak.record import (
     EXIT_CODES,
@@ -267,7 +268,12 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
             + [r for src in runner.gpu_sources for r in src.fault_reasons()]
             + _threshold_reasons(runner, load, final_thresholds)
             + reconcile_reasons(reconciliation, cfg.reconcile == "strict")
-            + _pause_notes(runner),
+            + _pause_notes(runner)
+            + (
+                matrix_reasons(runner.matrix, cfg.max_failures, runner.stop_asked is not None)
+                if runner.matrix is not None
+                else []
+            ),
         )
     )
     runner.enter("done", f"verdict {status.value}")
@@ -290,6 +296,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
         config=cfg.public_dict(),
         identity=build_identity(runner),
         load=load,
+        matrix=runner.matrix,
         gates=gates_json(gates),
         thresholds=[t.model_dump(mode="json") for t in final_thresholds],
         telemetry=telemetry,

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from loadgen.stats import LatencyStats
+from soak.matrix import MatrixSummary
 
 SCHEMA_VERSION = 1
 
@@ -186,6 +187,8 @@ class RunRecord(BaseModel):
     config: dict[str, Any]
     identity: Identity | None = None
     load: LoadSummary | None = None
+    matrix: MatrixSummary | None = None
+    """The matrix profile's cells and repetitions (``soak.matrix``); None for a soak."""
     gates: dict[str, Any] = Field(default_factory=dict)
     """``gates.<phase>.<suite>`` = {passed, total, failures, ...} (``probes.gates.SuiteGate``),
     phases before, canary, after; recomputed from ``probes.jsonl``."""

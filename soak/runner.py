@@ -46,6 +46,8 @@ from soak.gpu_watch import GpuWatch
 from soak.host_watch import HostWatch
 from soak.identity import count_tokens, probe_all
 from soak.journal import JsonlWriter, request_line
+from soak.matrix import MatrixSummary, parse_matrix
+from soak.matrix_run import MatrixRun
 from soak.nvml_watch import NvmlWatch
 from soak.record import EXIT_USAGE, EndpointIdentity, PhaseSpan, write_atomic
 from soak.redact import Redactor
@@ -136,6 +138,10 @@ class Runner:
         """Failures per class so far: only for the per-class event limit."""
         self._unreported: dict[str, int] = {}
         self.health_max: dict[str, float] = {}
+        self.request_phase = "load"
+        """The ``phase`` written with each journaled request (the matrix: warmup, matrix)."""
+        self.matrix: MatrixSummary | None = None
+        """The matrix profile's results, when the config asked for one."""
 
     # -- time and phases -------------------------------------------------------------------
 
@@ -168,7 +174,7 @@ class Runner:
         """Journal one finished request and count it."""
         if self.redactor.active and r.failure_detail:
             r.failure_detail = self.redactor.text(r.failure_detail)
-        self.requests.write_raw(request_line(r, self.origin_ns))
+        self.requests.write_raw(request_line(r, self.origin_ns, self.request_phase))
         self.live.record(r, self.now_s())
         if r.failure is not None and not r.cancelled:
             cls = str(r.failure)
@@ -257,7 +263,7 @@ class Runner:
             return LoadView(
                 requested_concurrency=self.config.concurrency,
                 workers_started=st.workers_started if st else 0,
-                issue_total_s=self.config.duration_s,
+                issue_total_s=None if self.config.matrix else self.config.duration_s,
             )
         now_ns = time.perf_counter_ns()
         load_start = (st.barrier_released_ns - self.origin_ns) / 1e9
@@ -274,7 +280,7 @@ class Runner:
             cancelled=st.cancelled,
             failures_by_class=cum.failures_by_class,
             issue_elapsed_s=issue_elapsed,
-            issue_total_s=self.config.duration_s,
+            issue_total_s=None if self.config.matrix else self.config.duration_s,
             window=self.live.window(now, load_start),
             cumulative=cum,
         )
@@ -283,7 +289,7 @@ class Runner:
         st = self.gen.state if self.gen else None
         s = self.host.tick(
             self.now_s(),
-            measuring=self.phase in ("load", "drain"),
+            measuring=self.phase in ("load", "drain", "matrix"),
             issuing=self.phase == "load" and not self.paused,
             in_flight=load.in_flight,
             workers=load.workers_started,
@@ -430,7 +436,7 @@ class Runner:
                     ),
                     "info" if ep.reachable else "error",
                 )
-            if not self.preflight_errors and self.stop_asked is None:
+            if not self.preflight_errors and self.stop_asked is None and not self.config.matrix:
                 self.pool = await self._calibrate_pool(headers)
                 # Written before the load so `soaktop recover` has it if we die.
                 write_atomic(
@@ -500,7 +506,11 @@ class Runner:
                             "error",
                         )
                 if not self.before_blocked and self.stop_asked is None:
-                    await self._load(headers)
+                    if self.config.matrix:
+                        spec = parse_matrix(self.config.matrix)
+                        self.matrix = await MatrixRun(self, spec, headers).run()
+                    else:
+                        await self._load(headers)
                     if self.gates is not None and not self.hard_stop:
                         await self._gate_phase("after")
         except Exception as e:  # a bug or an unexpected answer must still end in a record
@@ -669,8 +679,9 @@ class Runner:
         self.enter("drain", "issue window closed; draining")
 
     def load_timing(self) -> LoadTiming | None:
-        """The load's timing from the generator's state (None if no worker was started)."""
-        if self.gen is None:
+        """The load's timing from the generator's state (None if no worker was started,
+        and for the matrix profile, whose figures are per cell and repetition)."""
+        if self.gen is None or self.config.matrix:
             return None
         st = self.gen.state
         scrub = self.redactor.text

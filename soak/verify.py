@@ -22,6 +22,8 @@ from soak.faults import faults_from_events
 from soak.finalize import HASHED_FILES
 from soak.gate_session import gates_from_journal
 from soak.journal import read_jsonl, sha256_file
+from soak.matrix import matrix_reasons
+from soak.matrix_run import matrix_from_journal
 from soak.reconcile import reconcile_reasons
 from soak.record import EXIT_CODES, LoadSummary, RunRecord, Status, load_record
 from soak.summary import LoadTiming, summarize_load
@@ -73,6 +75,14 @@ def verify_run(run_dir: Path) -> list[str]:
             run_dir / "requests.jsonl", LoadTiming.from_summary(rec.load), method
         )
         _diff("load", rec.load.model_dump(mode="json"), again.model_dump(mode="json"), problems)
+    elif rec.matrix is not None:
+        again_matrix = matrix_from_journal(run_dir, rec.matrix)
+        _diff(
+            "matrix",
+            rec.matrix.model_dump(mode="json"),
+            again_matrix.model_dump(mode="json"),
+            problems,
+        )
     elif any(True for _ in read_jsonl(run_dir / "requests.jsonl")):
         problems.append("requests.jsonl holds requests but the record has no load summary")
     gates, bad_lines = gates_from_journal(run_dir)
@@ -123,6 +133,9 @@ _DERIVED = {
     "health_slow",
     "reconcile_mismatch",
     "server_restart",
+    "matrix_failures",
+    "matrix_clean",
+    "matrix_cut_short",
 }
 
 
@@ -180,7 +193,14 @@ def _check_verdict(
             force_load=force,
             extra=fault_reasons(rec.telemetry, load_start)
             + restart_reasons(rec.telemetry, load_start)
-            + reconcile_reasons(rec.reconciliation, cfg.get("reconcile") == "strict"),
+            + reconcile_reasons(rec.reconciliation, cfg.get("reconcile") == "strict")
+            + (
+                matrix_reasons(
+                    rec.matrix, int(cfg.get("max_failures", 0)), rec.status is Status.ABORTED
+                )
+                if rec.matrix is not None
+                else []
+            ),
         )
     )
     want = Counter((r.code, r.message) for r in reasons if r.code in _DERIVED)

@@ -118,3 +118,19 @@ async def test_sglang_gauges_stand_in_where_it_has_no_counters(tmp_path, monkeyp
     assert eng["prefix_cache"]["method"] == "engine gauge at the end of the load"
     assert eng["spec_decode"]["method"] == "engine gauge at the end of the load"
     assert [p["engine_label"] for p in eng["per_engine"]] == ["0", "1"]
+
+
+async def test_the_live_view_carries_the_servers_ttft_from_the_barrier_on(tmp_path, monkeypatch):
+    from tests.core.test_engine_metrics import bumped
+
+    fake_scrapes(monkeypatch, iter([REAL, REAL, bumped(0, 8)]))
+    watch = EngineWatch(["http://x"], {}, 0, JsonlWriter(tmp_path / "t.jsonl"))
+    await watch.scrape_all()
+    assert "server_ttft_s" not in watch.view()[0]  # before the load: nothing to compare
+    await watch.scrape_all()
+    watch.tracking = True
+    await watch.scrape_all()
+    (live,) = watch.view()
+    # 5 new TTFTs since the barrier, all in (0.02, 0.04]: the panes show it beside the client's
+    assert live["server_ttft_s"]["n"] == 5 and 0.02 < live["server_ttft_s"]["p50"] <= 0.04
+    await watch.stop()

@@ -1,0 +1,146 @@
+"""``soaktop decide --before RUN --candidate RUN --restored RUN``: promote or retain.
+
+The logic and the report live in :mod:`soak.decide`; this module is the parser and the
+handler. Exit codes: 0 when a decision was made (promote or retain original), 2 for a
+usage error or runs that cannot be compared (the message says exactly what differs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from soak.decide import DEFAULT_MIN_WINS, NotComparable, decide, render
+from soak.record import EXIT_USAGE, RunRecord, load_record, write_atomic
+
+
+def parse_gain(text: str) -> float:
+    """``10%`` or ``10`` (percent) → 0.10; ``0.1`` alone is refused as ambiguous."""
+    raw = text.strip()
+    pct = raw.endswith("%")
+    try:
+        value = float(raw.rstrip("%").strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage such as 10%") from None
+    if not pct and 0 < value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is ambiguous: write {value * 100:g}% for a fraction of {value:g}, or "
+            f"{value:g}% for {value:g} percent"
+        )
+    if not 0 < value < 100:
+        raise argparse.ArgumentTypeError(f"{text!r} must be above 0% and below 100%")
+    return value / 100
+
+
+def parse_wins(text: str) -> int | None:
+    """``all`` → None (every cell), else a whole number ≥ 1."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or 'all'") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return n
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``decide`` (dispatched through ``ns.handler``)."""
+    p = sub.add_parser(
+        "decide",
+        help="promote a candidate or retain the original, from three matrix runs",
+        description=(
+            "Compare a candidate against the original measured before and after it "
+            "(restored). A cell is a material win when the candidate's pooled median E2E is "
+            "at least --min-gain lower than both controls; promote when at least --min-wins "
+            "cells win. Exit 0 when a decision was made, 2 when the runs cannot be compared."
+        ),
+    )
+    p.add_argument("--before", type=Path, required=True, metavar="RUN", help="original, before")
+    p.add_argument("--candidate", type=Path, required=True, metavar="RUN", help="candidate run")
+    p.add_argument(
+        "--restored", type=Path, required=True, metavar="RUN", help="original, restored after"
+    )
+    p.add_argument(
+        "--min-gain",
+        type=parse_gain,
+        default=0.10,
+        metavar="PCT",
+        help="how much lower the candidate's median E2E must be than each control "
+        "(default 10%%; boundary included)",
+    )
+    p.add_argument(
+        "--min-wins",
+        type=parse_wins,
+        default=DEFAULT_MIN_WINS,
+        metavar="N|all",
+        help=f"cells that must be material wins to promote (default {DEFAULT_MIN_WINS})",
+    )
+    p.add_argument(
+        "--allow-different-prompts",
+        action="store_true",
+        help="compare even when the prompt pools differ (recorded as a caveat)",
+    )
+    p.add_argument("--json", action="store_true", help="print the decision as JSON")
+    p.add_argument(
+        "--markdown", type=Path, metavar="FILE", help="also write a markdown report to FILE"
+    )
+    p.set_defaults(handler=cmd_decide)
+
+
+def _load(role: str, run_dir: Path) -> RunRecord | str:
+    path = run_dir / "record.json"
+    if not path.is_file():
+        return (
+            f"the {role} run {run_dir} has no record.json (still running? soaktop attach; "
+            "a runner that died? soaktop recover)"
+        )
+    try:
+        return load_record(run_dir)
+    except (ValidationError, ValueError, OSError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return f"the {role} run {run_dir}: record.json cannot be read ({first})"
+
+
+def cmd_decide(ns: argparse.Namespace) -> int:
+    """``soaktop decide``."""
+    dirs = {"before": ns.before, "candidate": ns.candidate, "restored": ns.restored}
+    loaded = {role: _load(role, d) for role, d in dirs.items()}
+    errors = [v for v in loaded.values() if isinstance(v, str)]
+    if errors:
+        for e in errors:
+            print(f"soaktop decide: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    recs = {role: v for role, v in loaded.items() if isinstance(v, RunRecord)}
+    try:
+        d = decide(
+            recs["before"],
+            recs["candidate"],
+            recs["restored"],
+            min_gain=ns.min_gain,
+            min_wins=ns.min_wins,
+            allow_different_prompts=ns.allow_different_prompts,
+            run_dirs={role: str(p) for role, p in dirs.items()},
+        )
+    except NotComparable as e:
+        print("soaktop decide: these runs cannot be compared:", file=sys.stderr)
+        for problem in e.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as e:
+        print(f"soaktop decide: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if ns.markdown is not None:
+        try:
+            write_atomic(ns.markdown, render(d, markdown=True).encode())
+        except OSError as e:
+            print(f"soaktop decide: cannot write {ns.markdown}: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    print(d.model_dump_json(indent=2) if ns.json else render(d), end="" if not ns.json else "\n")
+    if ns.markdown is not None and not ns.json:
+        print(f"markdown report: {ns.markdown}")
+    return 0
