@@ -135,7 +135,7 @@ class LoadGenerator:
         stop_wait = asyncio.create_task(self._stop.wait())
         waiters: set[asyncio.Future[object]] = {stop_wait}  # type: ignore[arg-type]
         if self.plan.duration_s is not None:
-            waiters.add(asyncio.ensure_future(asyncio.sleep(self.plan.duration_s)))
+            waiters.add(asyncio.ensure_future(self._issue_window(self.plan.duration_s)))
         workers_done = asyncio.ensure_future(asyncio.gather(*self.tasks, return_exceptions=True))
         waiters.add(workers_done)  # type: ignore[arg-type]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -151,6 +151,18 @@ class LoadGenerator:
         for outcome in workers_done.result():
             if isinstance(outcome, Exception):
                 self.state.worker_errors[f"{type(outcome).__name__}: {outcome}"[:200]] += 1
+
+    async def _issue_window(self, duration_s: float) -> None:
+        """Sleep until ``duration_s`` after the barrier release on our own clock. uvloop's
+        timers run on a cached millisecond loop clock and may fire a little early; the
+        issue window must never be shorter than asked."""
+        assert self.state.barrier_released_ns is not None
+        end_ns = self.state.barrier_released_ns + int(duration_s * 1e9)
+        for _ in range(5):  # each top-up adds half a millisecond: one or two suffice
+            left_ns = end_ns - self._clock_ns()
+            if left_ns <= 0:
+                return
+            await asyncio.sleep(left_ns / 1e9 + 0.0005)
 
     async def _drain(self, workers_done: asyncio.Future[Any]) -> None:
         done, _ = await asyncio.wait({workers_done}, timeout=self.plan.drain_timeout_s)

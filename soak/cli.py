@@ -1,4 +1,5 @@
-"""The ``soaktop`` command line: run, demo, attach, view, decide, sim, verify, recover.
+"""The ``soaktop`` command line: run, demo, attach, view, decide, compare, runs, report,
+sim, verify, recover.
 
 Exit codes (DESIGN.md §6): 0 passed, 1 failed, 2 usage or configuration error,
 3 invalid, 4 aborted. ``verify`` exits 0 when the record agrees with its journals, else 1.
@@ -202,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     from soak.cli_decide import add_parser as add_decide
 
     add_decide(sub)
+    from soak.cli_reports import add_parsers as add_report_parsers
+
+    add_report_parsers(sub)
 
     verify = sub.add_parser("verify", help="recompute a record from its journals")
     verify.add_argument("run_dir", type=Path)
