@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from soak.decide import DEFAULT_MIN_WINS, NotComparable, decide, render
+from soak.decide import DEFAULT_MIN_WINS, Decision, NotComparable, decide, render
 from soak.record import EXIT_USAGE, RunRecord, load_record, write_atomic
 
 
@@ -89,6 +89,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--markdown", type=Path, metavar="FILE", help="also write a markdown report to FILE"
     )
+    p.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write a self-contained HTML page (bar charts per cell, tables) to FILE",
+    )
     p.set_defaults(handler=cmd_decide)
 
 
@@ -140,7 +146,28 @@ def cmd_decide(ns: argparse.Namespace) -> int:
         except OSError as e:
             print(f"soaktop decide: cannot write {ns.markdown}: {e}", file=sys.stderr)
             return EXIT_USAGE
+    html = getattr(ns, "html", None)
+    if html is not None and (html_error := _write_html(d, html)) is not None:
+        print(f"soaktop decide: {html_error}", file=sys.stderr)
+        return EXIT_USAGE
     print(d.model_dump_json(indent=2) if ns.json else render(d), end="" if not ns.json else "\n")
     if ns.markdown is not None and not ns.json:
         print(f"markdown report: {ns.markdown}")
+    if html is not None:
+        # stdout stays pure JSON under --json
+        print(f"html report: {html}", file=sys.stderr if ns.json else sys.stdout)
     return 0
+
+
+def _write_html(d: Decision, path: Path) -> str | None:
+    """Write the ``--html`` page; the problem in words when it cannot be written."""
+    from soak.report import ReportError
+    from soak.report.bars import build_decide_page, write_page
+
+    try:
+        write_page(path, build_decide_page(d))
+    except ReportError as e:
+        return str(e)
+    except OSError as e:
+        return f"cannot write {path}: {e.strerror or e}"
+    return None

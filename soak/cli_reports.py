@@ -4,7 +4,8 @@
 ``set_defaults(handler=...)``; a handler takes the parsed namespace and returns the exit
 code: 0, or 2 (``EXIT_USAGE``) when a path is not what the command needs (named in the
 message). None of them starts a run or writes to a run directory except ``report``,
-which writes ``RUN/report.html`` unless ``--html`` says where.
+which writes ``RUN/report.html`` unless ``--html`` says where; ``compare --html FILE`` and
+``--markdown FILE`` write only the FILE given.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="FILE",
         help="also write the table as Markdown ('-': stdout)",
+    )
+    cmp.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write a self-contained HTML page (the table and bar charts per run)",
     )
     cmp.set_defaults(handler=cmd_compare)
 
@@ -73,6 +80,18 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     except NotARunDir as e:
         return _usage("compare", str(e))
     table = compare(views)
+    html = getattr(ns, "html", None)
+    if html is not None:
+        from soak.report import ReportError
+        from soak.report.bars import build_compare_page, write_page
+
+        try:
+            write_page(html, build_compare_page(table))
+        except ReportError as e:
+            return _usage("compare", str(e))
+        except OSError as e:
+            return _usage("compare", f"cannot write {html}: {e.strerror or e}")
+        print(f"soaktop compare: wrote {html}", file=sys.stderr)
     md = render_markdown(table) if ns.markdown is not None else None
     if md is not None and str(ns.markdown) == "-":
         print(md, end="")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -212,6 +213,8 @@ class MatrixRun:
         ) as client:
             gen = LoadGenerator(plan, client, sub, self.bodies, on_result)
             runner.gen = gen
+            if runner.matrix_start_ns is None:
+                runner.matrix_start_ns = time.perf_counter_ns()
             if await gen.start_workers() and runner.stop_asked is None:
                 await gen.run()
             else:

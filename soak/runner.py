@@ -142,6 +142,8 @@ class Runner:
         """The ``phase`` written with each journaled request (the matrix: warmup, matrix)."""
         self.matrix: MatrixSummary | None = None
         """The matrix profile's results, when the config asked for one."""
+        self.matrix_start_ns: int | None = None
+        """When the matrix's first batch began (its live figures count from there)."""
 
     # -- time and phases -------------------------------------------------------------------
 
@@ -266,12 +268,19 @@ class Runner:
                 issue_total_s=None if self.config.matrix else self.config.duration_s,
             )
         now_ns = time.perf_counter_ns()
-        load_start = (st.barrier_released_ns - self.origin_ns) / 1e9
+        # A matrix runs one generator per batch: its figures run from the first batch on
+        # (warm-ups included), and the requested concurrency is the current cell's.
+        started_ns = self.matrix_start_ns or st.barrier_released_ns
+        load_start = (started_ns - self.origin_ns) / 1e9
         issue_elapsed = ((st.issue_ended_ns or now_ns) - st.barrier_released_ns) / 1e9
-        load_elapsed = ((st.drain_ended_ns or now_ns) - st.barrier_released_ns) / 1e9
+        load_elapsed = ((st.drain_ended_ns or now_ns) - started_ns) / 1e9
         cum = self.live.cumulative(load_elapsed)
+        gen_plan = self.gen.plan if self.gen is not None else None
+        requested = (
+            gen_plan.concurrency if self.config.matrix and gen_plan else self.config.concurrency
+        )
         return LoadView(
-            requested_concurrency=self.config.concurrency,
+            requested_concurrency=requested,
             workers_started=st.workers_started,
             in_flight=st.in_flight,
             issued=st.issued,
