@@ -82,6 +82,14 @@ def final_report(rec: RunRecord, run_dir: Path) -> str:
             f"P99 TTFT {_f(ld.ttft_s.p99)} s, P99 E2E {_f(ld.e2e_s.p99)} s "
             f"({ld.ttft_s.method})"
         )
+    if rec.matrix is not None:
+        out.append("  matrix cell      done  median E2E  p50 (nearest)  TTFT content  input tok")
+        for c in rec.matrix.cells:
+            out.append(
+                f"  {c.label:<14} {c.completed:>3}/{c.completed + c.failed:<3} "
+                f"{_f(c.e2e_median_s):>9} s {_f(c.e2e_p50_nearest_s):>12} s "
+                f"{_f(c.ttft_content_median_s):>11} s  {_f(c.input_tokens_mean, '{:,.0f}'):>9}"
+            )
     if rec.gates:
         out.append(
             "  gates: "

@@ -221,8 +221,8 @@ def matrix_reasons(summary: MatrixSummary, max_failures: int, aborted: bool) -> 
                 code="matrix_clean",
                 effect="note",
                 message=f"matrix: 0 failures in {timed:,} timed requests "
-                f"({len(summary.cells)} cells × {summary.spec.reps} reps × "
-                f"{summary.spec.requests} requests)",
+                f"({_count(len(summary.cells), 'cell')} × {_count(summary.spec.reps, 'rep')} × "
+                f"{_count(summary.spec.requests, 'request')})",
             )
         )
     if summary.not_run:
@@ -235,3 +235,7 @@ def matrix_reasons(summary: MatrixSummary, max_failures: int, aborted: bool) -> 
             )
         )
     return out
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
