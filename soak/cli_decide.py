@@ -13,7 +13,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from soak.decide import DEFAULT_MIN_WINS, Decision, NotComparable, decide, render
+from soak.decide import DEFAULT_MIN_WINS, Decision, NotComparable, decide
+from soak.decide_render import render
 from soak.record import EXIT_USAGE, RunRecord, load_record, write_atomic
 
 

@@ -16,8 +16,8 @@ from soak.decide import (
     decide,
     fmt_change,
     is_material_win,
-    render,
 )
+from soak.decide_render import render
 from soak.matrix import CellResult, MatrixSpec, MatrixSummary, RepResult
 from soak.record import EndpointIdentity, Identity, RunRecord, Status, write_record
 
