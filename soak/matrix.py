@@ -155,6 +155,8 @@ class MatrixSummary(BaseModel):
     cells: list[CellResult] = Field(default_factory=list)
     not_run: list[str] = Field(default_factory=list)
     """Cells the run never reached (stopped or aborted first), by label."""
+    barrier_failures: list[str] = Field(default_factory=list)
+    """Batches whose workers could not all start (nothing of them was sent)."""
 
 
 def _median(values: list[float]) -> float | None:
@@ -223,6 +225,20 @@ def matrix_reasons(summary: MatrixSummary, max_failures: int, aborted: bool) -> 
                 message=f"matrix: 0 failures in {timed:,} timed requests "
                 f"({_count(len(summary.cells), 'cell')} × {_count(summary.spec.reps, 'rep')} × "
                 f"{_count(summary.spec.requests, 'request')})",
+            )
+        )
+    if summary.barrier_failures:
+        out.append(
+            Reason(
+                code="matrix_barrier_not_reached",
+                effect="invalid",
+                message="matrix: batches that never started: "
+                + "; ".join(summary.barrier_failures[:3])
+                + (
+                    f" (+{len(summary.barrier_failures) - 3} more)"
+                    if len(summary.barrier_failures) > 3
+                    else ""
+                ),
             )
         )
     if summary.not_run:

@@ -215,10 +215,18 @@ class MatrixRun:
             runner.gen = gen
             if runner.matrix_start_ns is None:
                 runner.matrix_start_ns = time.perf_counter_ns()
-            if await gen.start_workers() and runner.stop_asked is None:
+            started = await gen.start_workers()
+            if started and runner.stop_asked is None:
                 await gen.run()
             else:
                 await gen.cancel_unstarted()
+                if not started:  # nothing was sent: say so, never an empty "clean" batch
+                    why = "; ".join(f"{n}× {m}" for m, n in gen.state.start_failures.items())
+                    where = "warm-up" if rep is None else f"rep {rep}"
+                    self.summary.barrier_failures.append(
+                        f"cell {cell} {where}: {gen.state.workers_started} of "
+                        f"{plan.concurrency} workers started ({runner.redactor.text(why)})"
+                    )
         return results
 
 

@@ -136,6 +136,7 @@ _DERIVED = {
     "matrix_failures",
     "matrix_clean",
     "matrix_cut_short",
+    "matrix_barrier_not_reached",
 }
 
 

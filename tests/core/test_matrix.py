@@ -111,3 +111,15 @@ def test_matrix_reasons_fail_on_failures_and_note_a_clean_matrix():
     )
     assert reasons["matrix_cut_short"].effect == "invalid"
     assert matrix_reasons(bad, max_failures=0, aborted=True)[-1].effect == "note"
+
+
+def test_a_batch_whose_workers_never_started_makes_the_matrix_invalid():
+    spec = parse_matrix("input=6000 concurrency=4 reps=1 requests=4")
+    summary = MatrixSummary(
+        spec=spec,
+        max_tokens=64,
+        barrier_failures=["cell 0 rep 1: 0 of 4 workers started (4× ConnectError: refused)"],
+    )
+    (reason,) = matrix_reasons(summary, max_failures=0, aborted=False)
+    assert (reason.code, reason.effect) == ("matrix_barrier_not_reached", "invalid")
+    assert "cell 0 rep 1: 0 of 4 workers started" in reason.message
