@@ -9,7 +9,11 @@ is "how far into the load did this happen", next to the requests it broke.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from soak.matrix import MatrixSummary
+    from soak.record import LoadSummary
 
 
 def when(t_s: float, load_start_s: float | None) -> str:
@@ -21,6 +25,17 @@ def when(t_s: float, load_start_s: float | None) -> str:
     sign = "+" if rel >= 0 else "-"
     s = round(abs(rel))
     return f"at load{sign}{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def load_start(load: LoadSummary | None, matrix: MatrixSummary | None) -> float | None:
+    """The time faults are measured from: the barrier release of a soak, the first timed
+    repetition of a matrix; None when neither ran."""
+    if load is not None and load.issue_start_s is not None:
+        return load.issue_start_s
+    if matrix is not None:
+        reps = [r for c in matrix.cells for r in c.reps]
+        return reps[0].start_s if reps else None
+    return None
 
 
 def _source_kind(ev: dict[str, Any]) -> tuple[str, str]:

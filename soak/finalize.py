@@ -20,6 +20,7 @@ from soak import __version__
 from soak.engine_watch import restart_reasons
 from soak.fault_watch import fault_reasons
 from soak.faults import faults_from_events
+from soak.faults import load_start as faults_load_start
 from soak.gate_session import gates_from_journal, probe_accounting
 from soak.gpu_sources import gpu_entries, gpu_source_status
 from soak.journal import read_jsonl, sha256_file
@@ -240,7 +241,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     ]
     health = client_health(runner)
     reconciliation = _reconciliation(runner, load)
-    load_start = load.issue_start_s if load is not None else None
+    load_start = faults_load_start(load, runner.matrix)
     status, reasons = decide(
         Findings(
             preflight_errors=runner.preflight_errors,

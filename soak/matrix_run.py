@@ -60,6 +60,7 @@ class MatrixRun:
         self.summary = MatrixSummary(
             spec=spec, max_tokens=cfg.max_tokens, reasoning=cfg.reasoning_effort
         )
+        runner.matrix = self.summary  # a crash mid-matrix still records the cells done
         self.bodies = BodyBuilder(
             model=cfg.model,
             api=cfg.api,
@@ -76,7 +77,14 @@ class MatrixRun:
             if self.runner.stop_asked is not None:
                 self.summary.not_run += [f"~{n} / C{c}" for n, c in cells[index:]]
                 break
-            cell = await self._cell(index, tokens, concurrency)
+            cell = CellResult(
+                index=index,
+                input_tokens_target=tokens,
+                concurrency=concurrency,
+                prompt_pool_sha256="",
+            )
+            self.runner.matrix_cells.append(cell)  # live: its reps time the faults
+            await self._cell(cell)
             self.summary.cells.append(pool_cell(cell))
         return self.summary
 
@@ -96,17 +104,13 @@ class MatrixRun:
             count_tokens=counter,
         )
 
-    async def _cell(self, index: int, tokens: int, concurrency: int) -> CellResult:
+    async def _cell(self, cell: CellResult) -> None:
         spec, runner = self.spec, self.runner
+        index, tokens, concurrency = cell.index, cell.input_tokens_target, cell.concurrency
         warm = spec.warmup * concurrency
         pool = await self._pool(tokens, warm + spec.reps * spec.requests)
-        cell = CellResult(
-            index=index,
-            input_tokens_target=tokens,
-            concurrency=concurrency,
-            prompt_pool_sha256=pool.sha256,
-            warmup_requests=warm,
-        )
+        cell.prompt_pool_sha256 = pool.sha256
+        cell.warmup_requests = warm
         label = f"~{tokens} / C{concurrency}"
         prompts = iter(pool.prompts)
         if warm:
@@ -122,7 +126,6 @@ class MatrixRun:
             cell.reps.append(
                 await self._rep(index, rep, concurrency, _take(prompts, spec.requests), pool)
             )
-        return cell
 
     async def _rep(
         self, cell: int, rep: int, concurrency: int, prompts: tuple[Any, ...], pool: PromptPool

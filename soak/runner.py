@@ -46,7 +46,7 @@ from soak.gpu_watch import GpuWatch
 from soak.host_watch import HostWatch
 from soak.identity import count_tokens, probe_all
 from soak.journal import JsonlWriter, request_line
-from soak.matrix import MatrixSummary, parse_matrix
+from soak.matrix import CellResult, MatrixSummary, parse_matrix
 from soak.matrix_run import MatrixRun
 from soak.nvml_watch import NvmlWatch
 from soak.record import EXIT_USAGE, EndpointIdentity, PhaseSpan, write_atomic
@@ -142,6 +142,8 @@ class Runner:
         """The ``phase`` written with each journaled request (the matrix: warmup, matrix)."""
         self.matrix: MatrixSummary | None = None
         """The matrix profile's results, when the config asked for one."""
+        self.matrix_cells: list[CellResult] = []
+        """The matrix's cells so far (filled as they finish; the record's come from here)."""
         self.matrix_start_ns: int | None = None
         """When the matrix's first batch began (its live figures count from there)."""
 
@@ -152,7 +154,11 @@ class Runner:
         return (time.perf_counter_ns() - self.origin_ns) / 1e9
 
     def load_start_s(self) -> float | None:
-        """When the barrier released (seconds since the origin), None before."""
+        """When the barrier released (seconds since the origin), None before; for the
+        matrix, when its first timed repetition began (as ``soak.faults.load_start``)."""
+        if self.config.matrix:
+            reps = [r for c in self.matrix_cells for r in c.reps]
+            return reps[0].start_s if reps else None
         st = self.gen.state if self.gen else None
         if st is None or st.barrier_released_ns is None:
             return None
@@ -445,8 +451,9 @@ class Runner:
                     ),
                     "info" if ep.reachable else "error",
                 )
-            if not self.preflight_errors and self.stop_asked is None and not self.config.matrix:
-                self.pool = await self._calibrate_pool(headers)
+            if not self.preflight_errors and self.stop_asked is None:
+                if not self.config.matrix:  # the matrix builds one pool per cell
+                    self.pool = await self._calibrate_pool(headers)
                 # Written before the load so `soaktop recover` has it if we die.
                 write_atomic(
                     self.run_dir / "identity.json",

@@ -19,6 +19,7 @@ from probes.gates import SuiteGate, gates_json
 from soak.engine_watch import restart_reasons
 from soak.fault_watch import fault_reasons
 from soak.faults import faults_from_events
+from soak.faults import load_start as faults_load_start
 from soak.finalize import HASHED_FILES
 from soak.gate_session import gates_from_journal
 from soak.journal import read_jsonl, sha256_file
@@ -90,7 +91,7 @@ def verify_run(run_dir: Path) -> list[str]:
     _diff("gates", rec.gates, gates_json(gates), problems)
     _check_evidence(run_dir, rec, problems)
     faults = faults_from_events(
-        read_jsonl(run_dir / "events.jsonl"), again.issue_start_s if again else None
+        read_jsonl(run_dir / "events.jsonl"), faults_load_start(again, rec.matrix)
     )
     _diff("faults", {"faults": rec.faults}, {"faults": faults}, problems)
     _check_thresholds(rec, again, problems)
@@ -176,7 +177,7 @@ def _check_verdict(
     problems: list[str],
 ) -> None:
     cfg = rec.config
-    load_start = again.issue_start_s if again is not None else None
+    load_start = faults_load_start(again, rec.matrix)
     force = bool(cfg.get("force_load"))
     before_failed = any(g.failures for g in gates.get("before", {}).values())
     _, reasons = decide(
