@@ -152,6 +152,14 @@ def render(d: Decision, markdown: bool = False) -> str:
         lines.append(f"Token slots, restored → candidate: {d.engine.token_slots_vs_restored}")
     if d.engine.token_slots_vs_before or d.engine.token_slots_vs_restored:
         lines.append("")
+    rows = engine_rows(d)
+    lines += _table(["Fact", *arm_heads], rows, markdown)
+    return "\n".join(lines) + "\n"
+
+
+def engine_rows(d: Decision) -> list[list[str]]:
+    """The engine facts per arm (token slots, spec decode, sampled occupancy, free GPU
+    memory): one row each, for the text, markdown and HTML reports alike."""
     rows = [
         [
             "Token slots",
@@ -165,7 +173,7 @@ def render(d: Decision, markdown: bool = False) -> str:
         ],
     ]
     if d.engine.spec_decode:
-        rows.append(["Spec-decode acceptance", *(_spec(a) for a in d.arms)])
+        rows.append(["Spec-decode acceptance", *(spec_decode_words(a) for a in d.arms)])
     rows.append(
         [
             "Max sampled running",
@@ -178,11 +186,11 @@ def render(d: Decision, markdown: bool = False) -> str:
             *("—" if a.min_free_mib is None else f"{a.min_free_mib:,.0f}" for a in d.arms),
         ]
     )
-    lines += _table(["Fact", *arm_heads], rows, markdown)
-    return "\n".join(lines) + "\n"
+    return rows
 
 
-def _spec(a: ArmSummary) -> str:
+def spec_decode_words(a: ArmSummary) -> str:
+    """Spec-decode acceptance of one arm in words (— without speculative decoding)."""
     if a.spec_decode_acceptance_rate is None:
         return "—"
     text = f"{100 * a.spec_decode_acceptance_rate:.1f}%"

@@ -32,7 +32,8 @@ from typing import Any, Literal
 
 from soak import __version__
 from soak.compare import Comparison
-from soak.decide import ROLE_TITLES, ROLES, ArmSummary, CellDecision, Decision, fmt_gain
+from soak.decide import ROLE_TITLES, ROLES, CellDecision, Decision, fmt_gain
+from soak.decide_render import engine_rows
 from soak.report.charts import esc as label
 from soak.report.page import document
 from soak.report.tables import esc, section
@@ -439,15 +440,6 @@ def _cells_tables(d: Decision) -> str:
     )
 
 
-def _spec(a: ArmSummary) -> str:
-    if a.spec_decode_acceptance_rate is None:
-        return "—"
-    text = f"{100 * a.spec_decode_acceptance_rate:.1f}%"
-    if a.spec_decode_mean_acceptance_length is not None:
-        text += f" (mean length {a.spec_decode_mean_acceptance_length:.2f})"
-    return text
-
-
 def _engine(d: Decision) -> str:
     out = ['<p class="note">Engine-reported; beside the decision, not part of it.</p>']
     changes = [
@@ -457,32 +449,7 @@ def _engine(d: Decision) -> str:
     items = "".join(f"<li>{esc(k)}: <b>{esc(v)}</b></li>" for k, v in changes if v)
     if items:
         out.append(f"<ul>{items}</ul>")
-    rows = [
-        [
-            "Token slots",
-            *(
-                "—"
-                if a.token_slots is None
-                else f"{a.token_slots:,}"
-                + (" (some endpoints unknown)" if a.token_slots_partial else "")
-                for a in d.arms
-            ),
-        ]
-    ]
-    if d.engine.spec_decode:
-        rows.append(["Spec-decode acceptance", *(_spec(a) for a in d.arms)])
-    rows.append(
-        [
-            "Max sampled running",
-            *("—" if a.max_running is None else f"{a.max_running:g}" for a in d.arms),
-        ]
-    )
-    rows.append(
-        [
-            "Min free GPU MiB",
-            *("—" if a.min_free_mib is None else f"{a.min_free_mib:,.0f}" for a in d.arms),
-        ]
-    )
+    rows = engine_rows(d)
     out.append(
         _cell_table(["Fact", *(_arm_title(d, a.role) for a in d.arms)], _plain(rows), "numbers")
     )
