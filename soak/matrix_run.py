@@ -26,7 +26,7 @@ from loadgen.workers import LoadGenerator, LoadPlan
 from soak.gpu_sources import gpu_entries
 from soak.identity import count_tokens
 from soak.journal import read_jsonl, request_line
-from soak.matrix import CellResult, MatrixSpec, MatrixSummary, RepResult, pool_cell
+from soak.matrix import CellResult, MatrixSpec, MatrixSummary, RepResult, parse_matrix, pool_cell
 from soak.reconcile import reconcile_window
 
 if TYPE_CHECKING:
@@ -114,14 +114,25 @@ class MatrixRun:
         label = f"~{tokens} / C{concurrency}"
         prompts = iter(pool.prompts)
         if warm:
-            runner.enter("warmup", f"cell {index} ({label}): {warm} warm-up requests, untimed")
+            runner.enter(
+                "warmup",
+                f"cell {index} ({label}): {warm} warm-up requests, untimed",
+                cell=index,
+                pool_sha256=pool.sha256,
+            )
             runner.request_phase = "warmup"
             results = await self._batch(index, None, concurrency, _take(prompts, warm), pool)
             cell.warmup_failed = sum(1 for r in results if r.failure is not None)
         for rep in range(1, spec.reps + 1):
             if runner.stop_asked is not None:
                 break
-            runner.enter("matrix", f"cell {index} ({label}) rep {rep}/{spec.reps}")
+            runner.enter(
+                "matrix",
+                f"cell {index} ({label}) rep {rep}/{spec.reps}",
+                cell=index,
+                rep=rep,
+                pool_sha256=pool.sha256,
+            )
             runner.request_phase = "matrix"
             cell.reps.append(
                 await self._rep(index, rep, concurrency, _take(prompts, spec.requests), pool)
@@ -285,3 +296,47 @@ def matrix_from_journal(run_dir: Path, recorded: MatrixSummary) -> MatrixSummary
             )
         cells.append(pool_cell(cell.model_copy(update={"reps": reps})))
     return recorded.model_copy(update={"cells": cells})
+
+
+def matrix_from_journals(run_dir: Path, config: dict[str, Any]) -> MatrixSummary | None:
+    """For ``soaktop recover``: the matrix of a runner that died, from its journals (the
+    cells' pools from the phase events, every repetition from ``requests.jsonl``; the
+    sampled occupancy, memory and reconciliation are lost with the runner)."""
+    if not config.get("matrix"):
+        return None
+    spec = parse_matrix(str(config["matrix"]))
+    pools: dict[int, str] = {}
+    for ev in read_jsonl(run_dir / "events.jsonl"):
+        data = ev.get("data") or {}
+        if ev.get("kind") == "phase" and "cell" in data and "pool_sha256" in data:
+            pools[int(data["cell"])] = str(data["pool_sha256"])
+    reps: dict[int, dict[int, list[dict[str, Any]]]] = {}
+    warm: dict[int, list[dict[str, Any]]] = {}
+    for line in read_jsonl(run_dir / "requests.jsonl"):
+        key = parse_request_id(str(line.get("id", "")))
+        if key is None:
+            continue
+        if key[1] is None:
+            warm.setdefault(key[0], []).append(line)
+        else:
+            reps.setdefault(key[0], {}).setdefault(key[1], []).append(line)
+    summary = MatrixSummary(
+        spec=spec,
+        max_tokens=int(config.get("max_tokens", 0)),
+        reasoning=config.get("reasoning_effort"),
+    )
+    for index, (tokens, concurrency) in enumerate(spec.cells()):
+        if index not in pools:
+            summary.not_run.append(f"~{tokens} / C{concurrency}")
+            continue
+        cell = CellResult(
+            index=index,
+            input_tokens_target=tokens,
+            concurrency=concurrency,
+            prompt_pool_sha256=pools[index],
+            warmup_requests=spec.warmup * concurrency,
+            warmup_failed=sum(1 for ln in warm.get(index, []) if not ln.get("ok")),
+            reps=[rep_from_lines(r, lines) for r, lines in sorted(reps.get(index, {}).items())],
+        )
+        summary.cells.append(pool_cell(cell))
+    return summary

@@ -15,10 +15,12 @@ import orjson
 import psutil
 
 from probes.gates import gates_json
-from soak.faults import faults_from_events
+from soak.faults import faults_from_events, load_start
 from soak.finalize import run_files
 from soak.gate_session import gates_from_journal
 from soak.journal import read_jsonl
+from soak.matrix import matrix_reasons
+from soak.matrix_run import matrix_from_journals
 from soak.record import (
     EXIT_CODES,
     Identity,
@@ -125,9 +127,10 @@ def recover_run(run_dir: Path) -> RunRecord:
         )
     gates, bad_lines = gates_from_journal(run_dir)
     notes += [Reason(code="journal_damaged", effect="note", message=m) for m in bad_lines]
-    faults = faults_from_events(
-        read_jsonl(run_dir / "events.jsonl"), timing.issue_start_s if timing else None
-    )
+    matrix = matrix_from_journals(run_dir, config)
+    if matrix is not None:
+        notes += matrix_reasons(matrix, int(config.get("max_failures", 0)), aborted=True)
+    faults = faults_from_events(read_jsonl(run_dir / "events.jsonl"), load_start(load, matrix))
     critical = [f for f in faults if f["severity"] == "critical"]
     if critical:
         notes.append(
@@ -160,6 +163,7 @@ def recover_run(run_dir: Path) -> RunRecord:
         config=config,
         identity=identity,
         load=load,
+        matrix=matrix,
         gates=gates_json(gates),
         faults=faults,
         phases=phases,

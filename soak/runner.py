@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -168,13 +169,13 @@ class Runner:
         """A run time in words for reasons: ``at load+00:17:02`` once the load began."""
         return when_words(t_s, self.load_start_s())
 
-    def enter(self, phase: str, message: str) -> None:
-        """Close the current phase and open ``phase``."""
+    def enter(self, phase: str, message: str, **data: Any) -> None:
+        """Close the current phase and open ``phase`` (``data`` goes into its event)."""
         t = self.now_s()
         self.phases[-1].end_s = t
         self.phases.append(PhaseSpan(name=phase, start_s=t))
         self.phase = phase
-        self.events.emit("phase", message, phase=phase)
+        self.events.emit("phase", message, phase=phase, **data)
 
     # -- per request (the only code on the request path) -----------------------------------
 

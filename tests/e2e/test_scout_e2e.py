@@ -116,3 +116,42 @@ def test_decide_promotes_only_a_material_win_against_both_controls(tmp_path):
     long = orjson.loads(js)["cells"][1]
     assert long["gain_vs_restored_pct"] > 10 > long["gain_vs_before_pct"], long
     assert long["verdict"] == "no win"
+
+
+def test_a_matrix_runner_killed_mid_way_is_recovered_with_its_cells(sim, tmp_path):
+    """kill -9 during the third cell: recover rebuilds the cells done from the journals,
+    lists the ones never reached, and the record verifies."""
+    import os
+    import signal
+    import time
+
+    from tests.e2e.conftest import soaktop
+    from tests.e2e.test_signals_e2e import _pid_from_log
+
+    out = tmp_path / "runs"
+    spec = "input=64,128,256 concurrency=1,2 reps=2 requests=3 warmup=0"
+    p = soaktop(*run_args(sim, out, "--matrix", spec, "--max-tokens", "16", "--ignore-eos"))
+    deadline = time.monotonic() + 120
+    run_dir = None
+    while time.monotonic() < deadline:
+        dirs = [d for d in out.glob("*") if d.is_dir()] if out.exists() else []
+        if dirs and any(
+            ev["kind"] == "phase" and ev["data"].get("cell") == 2
+            for ev in journal(dirs[0], "events.jsonl")
+        ):
+            run_dir = dirs[0]
+            break
+        time.sleep(0.1)
+    assert run_dir is not None, "the matrix never reached its third cell"
+    os.kill(_pid_from_log(run_dir), signal.SIGKILL)
+    p.communicate(timeout=30)
+    rc, text = run_soaktop("recover", str(run_dir))
+    assert rc == 0, text
+    rec = record(run_dir)
+    assert rec["status"] == "ABORTED" and rec["recovered"] is True
+    cells = rec["matrix"]["cells"]
+    assert [(c["input_tokens_target"], c["concurrency"]) for c in cells[:2]] == [(64, 1), (64, 2)]
+    assert all(c["completed"] == 6 and len(c["prompt_pool_sha256"]) == 64 for c in cells[:2])
+    assert "~256 / C2" in rec["matrix"]["not_run"]
+    rc, text = run_soaktop("verify", str(run_dir))
+    assert rc == 0, text
