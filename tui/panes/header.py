@@ -40,6 +40,13 @@ def phase_progress(view: RunView) -> tuple[str, float | None]:
         in_flight = num(snap, "load", "in_flight")
         left = f", {int(in_flight)} in flight" if in_flight is not None else ""
         return f"{label} {mmss(elapsed)}{left}", None
+    if phase in ("matrix", "warmup"):
+        # the matrix's phase events name the cell and repetition: "cell 2 (~256 / C1) rep 1/3"
+        where = next(
+            (e.message for e in reversed(view.events) if e.kind == "phase"),
+            "",
+        )
+        return f"{label} {mmss(elapsed)} {where}".rstrip(), None
     if phase == "done":
         return label, 1.0
     return (f"{label} {mmss(elapsed)}" if snap is not None else label), None
