@@ -96,7 +96,7 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--matrix": {"dest": "matrix", "metavar": "SPEC"},
     "--reasoning": {"dest": "reasoning_effort", "metavar": "LEVEL"},
     "--ignore-xid": {
-        "type": lambda v: [int(x) for x in v.split(",") if x.strip()],
+        "type": lambda v: _int_list(v, "Xid codes such as 45,43"),
         "action": "extend",
         "dest": "ignore_xid",
         "metavar": "N[,N]",
@@ -106,6 +106,15 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--max-client-cpu": {"type": float, "dest": "max_client_cpu_percent", "metavar": "PCT"},
     "--max-loop-lag": {"type": float, "dest": "max_loop_lag_s", "metavar": "S"},
 }
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    """``45,43`` → [45, 43]; anything else is a usage error naming the value."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of {what}") from None
+
 
 # Display flags: the monitor's, never part of the run's configuration.
 _DISPLAY_FLAGS: dict[str, dict[str, Any]] = {
