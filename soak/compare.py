@@ -362,13 +362,15 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
     }
 
 
-def _notes(cmp: Comparison) -> list[str]:
+def comparison_notes(cmp: Comparison, invalid_hint: str = "") -> list[str]:
+    """What the table cannot show: runs that are not valid measurements (``invalid_hint``
+    says how the page marks them) and records that did not read cleanly."""
     out = []
     for v in cmp.runs:
         if not v.valid:
             out.append(
                 f"{v.run_id}: {v.status} — its figures are not a valid measurement "
-                "and are not comparable with the others"
+                f"and are not comparable with the others{invalid_hint}"
             )
         out += [f"{v.run_id}: record {p}" for p in v.problems]
     return out
@@ -384,7 +386,8 @@ def render_markdown(cmp: Comparison) -> str:
     lines = ["| " + " | ".join(cell(h) for h in header) + " |"]
     lines.append("|" + "---|" * len(header))
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in cmp.rows]
-    lines += ["", *(f"- {n}" for n in _notes(cmp))] if _notes(cmp) else []
+    notes = comparison_notes(cmp)
+    lines += ["", *(f"- {n}" for n in notes)] if notes else []
     return "\n".join(lines) + "\n"
 
 
@@ -395,7 +398,7 @@ def render_text(cmp: Comparison) -> str:
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines + [f"note: {n}" for n in _notes(cmp)]) + "\n"
+    return "\n".join(lines + [f"note: {n}" for n in comparison_notes(cmp)]) + "\n"
 
 
 # --- runs ------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from soak import __version__
-from soak.compare import Comparison
+from soak.compare import Comparison, comparison_notes
 from soak.decide import ROLE_TITLES, ROLES, CellDecision, Decision, fmt_gain
 from soak.decide_render import engine_rows
 from soak.report.charts import esc as label
@@ -636,18 +636,6 @@ def _compare_table(cmp: Comparison) -> str:
     )
 
 
-def _compare_notes(cmp: Comparison) -> list[str]:
-    out = []
-    for v in cmp.runs:
-        if not v.valid:
-            out.append(
-                f"{v.run_id}: {v.status} — its figures are not a valid measurement and are "
-                "not comparable with the others (greyed and hatched in the charts)"
-            )
-        out += [f"{v.run_id}: record {p}" for p in v.problems]
-    return out
-
-
 def build_compare_page(cmp: Comparison, plotly_js: str | None = None) -> str:
     """The ``soaktop compare --html`` page of a comparison."""
     verdicts = _cell_table(
@@ -662,7 +650,8 @@ def build_compare_page(cmp: Comparison, plotly_js: str | None = None) -> str:
             for r in cmp.data
         ],
     )
-    notes = "".join(f"<li>{esc(n)}</li>" for n in _compare_notes(cmp))
+    hint = " (greyed and hatched in the charts)"
+    notes = "".join(f"<li>{esc(n)}</li>" for n in comparison_notes(cmp, hint))
     table = _compare_table(cmp) + (f'<ul class="caveats">{notes}</ul>' if notes else "")
     charts = (
         '<p class="legend">One bar per run, in the order given. Grey, hatched bars marked '
