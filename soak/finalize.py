@@ -114,7 +114,7 @@ def _pool_facts(runner: Runner) -> dict[str, object]:
 def client_health(runner: Runner) -> ClientHealth:
     """Worst-case client figures over the run; loop-lag p99 over the load's ticks."""
     lags = np.sort(np.asarray(runner.lag.samples, dtype=float))
-    m = runner.health_max
+    m = runner.host.client_max
     return ClientHealth(
         loop_lag_p99_s=percentile(lags, 99, "nearest-rank") if lags.size else None,
         loop_lag_max_s=float(lags[-1]) if lags.size else None,
@@ -146,7 +146,9 @@ def _pause_notes(runner: Runner) -> list[Reason]:
 
 
 def client_vs_server(
-    run_dir: Path, engines: list[dict[str, Any]], method: PercentileMethod
+    ttft_by_worker: list[tuple[int, float]],
+    engines: list[dict[str, Any]],
+    method: PercentileMethod,
 ) -> None:
     """Beside each endpoint's server TTFT estimate, the client's exact TTFT for the same
     endpoint (worker ``i`` uses endpoint ``i % n``) and the gap between them: time the
@@ -156,9 +158,8 @@ def client_vs_server(
     if not n:
         return
     per: list[list[float]] = [[] for _ in range(n)]
-    for line in read_jsonl(run_dir / "requests.jsonl"):
-        if line.get("ok") and line.get("ttft_s") is not None:
-            per[int(line["worker"]) % n].append(float(line["ttft_s"]))
+    for worker, ttft in ttft_by_worker:
+        per[worker % n].append(ttft)
     for eng, values in zip(engines, per, strict=True):
         client: dict[str, Any] = {"n": len(values), "p50": None, "p99": None}
         if values:
@@ -215,8 +216,16 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     """Write the verdict, the final snapshot and the record. Returns the exit code."""
     cfg = runner.config
     runner.enter("finalize", "computing the summary from the journal")
+    ttft_by_worker: list[tuple[int, float]] = []
+
+    def collect(line: dict[str, Any]) -> None:
+        if line.get("ok") and line.get("ttft_s") is not None:
+            ttft_by_worker.append((int(line["worker"]), float(line["ttft_s"])))
+
     load = (
-        summarize_load(runner.run_dir / "requests.jsonl", timing, cfg.percentile_method)
+        summarize_load(
+            runner.run_dir / "requests.jsonl", timing, cfg.percentile_method, visit=collect
+        )
         if timing
         else None
     )
@@ -224,7 +233,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     runner.internal_errors += bad_lines
     telemetry: dict[str, Any] = {"engines": runner.engines.summary()} if runner.engines else {}
     if telemetry.get("engines") and load is not None:
-        client_vs_server(runner.run_dir, telemetry["engines"], cfg.percentile_method)
+        client_vs_server(ttft_by_worker, telemetry["engines"], cfg.percentile_method)
     if runner.faults is not None:
         telemetry |= runner.faults.summary()
     telemetry["host"] = runner.host.summary()

@@ -75,6 +75,11 @@ class HostWatch:
         """Fewest requests in flight during a below-target streak."""
         self._client_cpu: list[float] = []
         self._last_backoffs = 0
+        self.client_max: dict[str, float] = {}
+        """The runner's worst figures over the whole run (``cpu_percent_max``,
+        ``rss_mb_max``, ``threads_max``, ``open_files_max``) for ``client_health``."""
+        self.latest: dict[str, Any] | None = None
+        """The last host line written (the snapshot's ``telemetry.host``)."""
 
     def tick(
         self,
@@ -89,6 +94,14 @@ class HostWatch:
         """One sample of everything; ``measuring``: the load or its drain is running (the
         self-health streaks count only then); ``issuing``: the issue window is open."""
         c = self.client.sample()
+        for key, v in (
+            ("cpu_percent_max", c.cpu_percent),
+            ("rss_mb_max", c.rss_mb),
+            ("threads_max", c.threads),
+            ("open_files_max", c.open_files),
+        ):
+            if v is not None and v > self.client_max.get(key, -1.0):
+                self.client_max[key] = float(v)
         over = measuring and c.cpu_percent > self.max_client_cpu_percent
         self.cpu_streak.update(over, t)
         backed_off = backoffs > self._last_backoffs
@@ -157,7 +170,7 @@ class HostWatch:
 
     def view(self) -> dict[str, Any]:
         """The latest host line without its source tag, for the snapshot."""
-        latest = getattr(self, "latest", None)
+        latest = self.latest
         return {k: v for k, v in latest.items() if k != "source"} if latest else {}
 
     def summary(self) -> dict[str, Any]:

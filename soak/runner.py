@@ -138,7 +138,6 @@ class Runner:
         self._failures: dict[str, int] = {}
         """Failures per class so far: only for the per-class event limit."""
         self._unreported: dict[str, int] = {}
-        self.health_max: dict[str, float] = {}
         self.request_phase = "load"
         """The ``phase`` written with each journaled request (the matrix: warmup, matrix)."""
         self.matrix: MatrixSummary | None = None
@@ -312,14 +311,6 @@ class Runner:
             backoffs=st.backoffs if st else 0,
         )
         lag = self.lag.take_interval(keep=self.phase in ("load", "drain"))
-        for k, v in (
-            ("cpu_percent_max", s.cpu_percent),
-            ("rss_mb_max", s.rss_mb),
-            ("threads_max", s.threads),
-            ("open_files_max", s.open_files),
-        ):
-            if v is not None and v > self.health_max.get(k, -1.0):
-                self.health_max[k] = float(v)
         return ClientView(
             cpu_percent=s.cpu_percent,
             rss_mb=round(s.rss_mb, 1),

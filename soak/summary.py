@@ -7,8 +7,10 @@ says about the journal, so anyone can recompute them from the files in the run d
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -67,9 +69,13 @@ def _span(a: float | None, b: float | None) -> float | None:
 
 
 def summarize_load(
-    requests_path: Path, timing: LoadTiming, method: PercentileMethod = "nearest-rank"
+    requests_path: Path,
+    timing: LoadTiming,
+    method: PercentileMethod = "nearest-rank",
+    visit: Callable[[dict[str, Any]], None] | None = None,
 ) -> LoadSummary:
-    """Counts, tokens, throughput and exact latency percentiles from the journal."""
+    """Counts, tokens, throughput and exact latency percentiles from the journal.
+    ``visit`` sees every load line too, so other figures need no second read."""
     completed = failed = cancelled = usage_missing = 0
     prompt_tokens = output_tokens = window_tokens = 0
     classes: Counter[str] = Counter()
@@ -78,6 +84,8 @@ def summarize_load(
     for line in read_jsonl(requests_path):
         if line.get("phase", "load") != "load":
             continue
+        if visit is not None:
+            visit(line)
         if line.get("cancelled"):
             cancelled += 1
             continue
