@@ -32,6 +32,7 @@ from tests.report.test_report import (
     _figures,
     _Refs,
     png_content_rows,
+    rendered_charts,
 )
 
 PASSED = FIXTURES / "passed"
@@ -343,15 +344,7 @@ def test_chromium_draws_the_bars_offline(tmp_path, which):
     figs = _figures(html)
     url = page.as_uri()
 
-    dom = _browser(binary, tmp_path / "profile-dom", "--dump-dom", url)
-    assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
-    text = dom.stdout.decode()
-    body = re.search(r"<body[^>]*>", text)
-    assert body is not None
-    assert "data-charts-error" not in body.group(0), body.group(0)
-    assert f'data-charts-rendered="{len(figs)}"' in body.group(0), "the drawing did not finish"
-    parts = re.split(r'<div class="chart[^"]*" id="chart-', text)[1:]
-    assert len(parts) == len(figs)
+    parts = rendered_charts(binary, tmp_path / "profile-dom", url, len(figs))
     for part in parts:
         name = part.split('"', 1)[0]
         n_bars = sum(len(t["x"]) for t in _bars(figs[f"chart-{name}"]))
