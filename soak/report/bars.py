@@ -36,30 +36,28 @@ from soak.decide import ROLE_TITLES, ROLES, CellDecision, Decision, fmt_gain
 from soak.decide_render import engine_rows
 from soak.report.charts import esc as label
 from soak.report.page import document
+from soak.report.palette import (
+    BARS_CSS,
+    BEFORE_COLOUR,
+    FAILED_COLOUR,
+    FLAGGED_COLOUR,
+    INK,
+    MARK,
+    MUTED,
+    NO_DATA_BAR,
+    NO_WIN_COLOUR,
+    NO_WIN_TEXT,
+    P50_CANDIDATE_COLOUR,
+    PAPER,
+    PASSED_COLOUR,
+    RESTORED_COLOUR,
+    WIN_COLOUR,
+)
 from soak.report.tables import esc, section
 
 # ---------------------------------------------------------------- shared
 
-CSS = """
-.headline { font-size: 17px; padding: 10px 14px; border-radius: 6px; margin: 4px 0 10px; }
-.headline.promote { background: #e8f5e9; border-left: 6px solid #2e7d32; }
-.headline.retain { background: #fff3e0; border-left: 6px solid #ef6c00; }
-.rule { color: #374151; }
-td.win { color: #1b5e20; font-weight: 700; } td.nowin { color: #9a3412; font-weight: 700; }
-td.nodata { color: #6b7480; }
-.flagged { color: #4b5563; background: repeating-linear-gradient(
-  45deg, #f3f4f6, #f3f4f6 6px, #e5e7eb 6px, #e5e7eb 12px); }
-.flag { display: inline-block; padding: 0 6px; border-radius: 3px; background: #6b7480;
-        color: #fff; font-weight: 700; font-size: 12px; }
-ul.reasons li, ul.caveats li { margin: 3px 0; }
-code.code { color: #6b7480; }
-"""
 
-BEFORE_COLOUR = "#a9bfe0"
-RESTORED_COLOUR = "#6f8fc0"
-WIN_COLOUR = "#2e7d32"
-NO_WIN_COLOUR = "#e08a00"
-P50_CANDIDATE_COLOUR = "#7e57c2"
 _MARK_DASH = {"before": "dash", "restored": "dot"}
 
 # Bar geometry on the numeric x axis: cell i is centred on x = i.
@@ -140,8 +138,8 @@ def _layout(title: str, y_title: str, ticks: list[str], top: float) -> dict[str,
         "legend": {"orientation": "h", "x": 0, "y": 1.01, "yanchor": "bottom"},
         "hovermode": "closest",
         "annotations": [],
-        "paper_bgcolor": "#ffffff",
-        "plot_bgcolor": "#ffffff",
+        "paper_bgcolor": PAPER,
+        "plot_bgcolor": PAPER,
     }
 
 
@@ -188,7 +186,7 @@ def _bar_trace(
         "textfont": {"size": 11},
         "customdata": [[label(c.label), label(name)] for _, c, _ in points],
         "hovertemplate": "%{customdata[0]}<br>%{customdata[1]}: %{y:.3f} s<extra></extra>",
-        "marker": {"color": colour, "line": {"color": "#1d232b", "width": 0.5}},
+        "marker": {"color": colour, "line": {"color": INK, "width": 0.5}},
     }
 
 
@@ -232,7 +230,7 @@ def decide_figure(d: Decision, stat: Stat) -> dict[str, Any]:
                 f"{cand} — {words}", "candidate", colour, pts, "candidate", f"candidate {verdict}"
             )
             trace["marker"]["line"] = {
-                "color": "#1d232b",
+                "color": INK,
                 "width": 1.5 if verdict == "win" else 0.5,
             }
             data.append(trace)
@@ -243,7 +241,7 @@ def decide_figure(d: Decision, stat: Stat) -> dict[str, Any]:
                 _bar_trace(
                     f"{cand} — no verdict",
                     "candidate",
-                    "#b0b6be",
+                    NO_DATA_BAR,
                     pts,
                     "candidate",
                     "candidate no data",
@@ -304,7 +302,7 @@ def decide_figure(d: Decision, stat: Stat) -> dict[str, Any]:
                     "y": ys,
                     "text": hover,
                     "hovertemplate": "%{text}<extra></extra>",
-                    "line": {"color": "#111827", "width": 3, "dash": _MARK_DASH[role]},
+                    "line": {"color": MARK, "width": 3, "dash": _MARK_DASH[role]},
                 }
             )
         for i, c in enumerate(d.cells):
@@ -341,7 +339,7 @@ def _cell_note(i: int, c: CellDecision, limit: str, top: float) -> dict[str, Any
     if c.verdict == "no data":
         lines = ["<b>no data</b>", label("a control or the candidate"), label("has no timings")]
     else:
-        colour = WIN_COLOUR if c.win else "#9a3412"
+        colour = WIN_COLOUR if c.win else NO_WIN_TEXT
         lines = [
             f"<b><span style='color:{colour}'>{label(c.verdict)}</span></b>",
             label(f"vs before: {fmt_gain(c.gain_vs_before_pct)}"),
@@ -483,7 +481,7 @@ def build_decide_page(d: Decision, plotly_js: str | None = None) -> str:
         or "<li>none detected</li>"
     )
     body = [
-        f"<style>{CSS}</style>",
+        f"<style>{BARS_CSS}</style>",
         section("Decision", head + _runs_table(d), "decision"),
         section("Charts", charts, "charts"),
         section("Cells", _cells_tables(d), "cells"),
@@ -525,10 +523,9 @@ COMPARE_CHARTS: tuple[tuple[str, str, str, str], ...] = (
 """(figure key, title, y-axis title, value format): one bar chart each."""
 
 _STATUS_BARS = {
-    "PASSED": ("PASSED run", "#2e7d32"),
-    "FAILED": ("FAILED run (measured; it failed a check)", "#c62828"),
+    "PASSED": ("PASSED run", PASSED_COLOUR),
+    "FAILED": ("FAILED run (measured; it failed a check)", FAILED_COLOUR),
 }
-FLAGGED_COLOUR = "#c9ced6"
 
 
 def _run_tick(run_id: str, status: str, valid: bool) -> str:
@@ -569,10 +566,10 @@ def compare_figure(cmp: Comparison, key: str, title: str, unit: str, fmt: str) -
             text.append(
                 f"{label(shown)}<br><b>{label(run['status'])}</b>" if flagged else label(shown)
             )
-        marker: dict[str, Any] = {"color": colour, "line": {"color": "#1d232b", "width": 0.5}}
+        marker: dict[str, Any] = {"color": colour, "line": {"color": INK, "width": 0.5}}
         if flagged:
-            marker["pattern"] = {"shape": "/", "fgcolor": "#6b7480", "size": 8, "solidity": 0.3}
-            marker["line"] = {"color": "#6b7480", "width": 1.5}
+            marker["pattern"] = {"shape": "/", "fgcolor": MUTED, "size": 8, "solidity": 0.3}
+            marker["line"] = {"color": MUTED, "width": 1.5}
         data.append(
             {
                 "type": "bar",
@@ -584,7 +581,7 @@ def compare_figure(cmp: Comparison, key: str, title: str, unit: str, fmt: str) -
                 "text": text,
                 "textposition": "outside",
                 "cliponaxis": False,
-                "textfont": {"size": 12, "color": "#6b7480" if flagged else "#1d232b"},
+                "textfont": {"size": 12, "color": MUTED if flagged else INK},
                 "customdata": [
                     [label(r["run_id"]), label(r["status"]), label(r["verdict"])] for _, _, r in pts
                 ],
@@ -605,7 +602,7 @@ def compare_figure(cmp: Comparison, key: str, title: str, unit: str, fmt: str) -
             "yref": "y",
             "yanchor": "bottom",
             "showarrow": False,
-            "font": {"size": 11, "color": "#6b7480"},
+            "font": {"size": 11, "color": MUTED},
             "text": label(f"no figure ({cmp.data[i]['status']})"),
         }
         for i in missing
@@ -660,7 +657,7 @@ def build_compare_page(cmp: Comparison, plotly_js: str | None = None) -> str:
         + "".join(f'<div class="chart" id="chart-{k}"></div>' for k, *_ in COMPARE_CHARTS)
     )
     body = [
-        f"<style>{CSS}</style>",
+        f"<style>{BARS_CSS}</style>",
         section("Verdicts", verdicts, "verdicts"),
         section("Side by side", table, "table"),
         section("Charts", charts, "charts"),

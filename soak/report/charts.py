@@ -11,6 +11,14 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from soak.report.palette import (
+    INK,
+    PAPER,
+    PHASE_COLOURS,
+    PHASE_FALLBACK,
+    SERIES_COLOURS,
+    SEVERITY_COLOURS,
+)
 from soak.report.series import RunSeries, Series
 
 # (chart id, title, y-axis title, why a missing chart is missing)
@@ -31,31 +39,7 @@ CHARTS: tuple[tuple[str, str, str, str], ...] = (
     ("host", "Client and host CPU", "percent", "no host samples (a run older than them)"),
 )
 
-_PHASE_COLOURS = {
-    "before_gates": "#5b8def",
-    "load": "#43a047",
-    "drain": "#fb8c00",
-    "after_gates": "#8e24aa",
-}
-_SEVERITY_COLOURS = {
-    "critical": "#c62828",
-    "error": "#e53935",
-    "warning": "#f9a825",
-    "info": "#546e7a",
-}
 _RIGHT_AXIS = {"requests/s"}
-_PALETTE = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-)
 """Traces drawn against a second y axis (their scale differs by orders of magnitude)."""
 
 
@@ -92,7 +76,7 @@ def decorations(series: RunSeries) -> tuple[list[dict[str, Any]], list[dict[str,
         stop = end if end is not None else series.end_t
         if stop is None or stop <= start:
             continue
-        colour = _PHASE_COLOURS.get(name, "#9e9e9e")
+        colour = PHASE_COLOURS.get(name, PHASE_FALLBACK)
         shapes.append(
             {
                 "type": "rect",
@@ -122,7 +106,7 @@ def decorations(series: RunSeries) -> tuple[list[dict[str, Any]], list[dict[str,
                 }
             )
     for ev in series.events:
-        colour = _SEVERITY_COLOURS.get(str(ev.get("severity")), "#546e7a")
+        colour = SEVERITY_COLOURS.get(str(ev.get("severity")), SEVERITY_COLOURS["info"])
         t = float(ev["t"])
         shapes.append(
             {
@@ -163,9 +147,9 @@ def figure(chart: str, title: str, unit: str, series: RunSeries) -> dict[str, An
     for name, (xs, ys) in traces.items():
         # An endpoint's running and waiting lines share its colour (waiting is dotted).
         key = name.rsplit(" ", 1)[0] if name.endswith(("running", "waiting")) else name
-        colour = colours.setdefault(key, _PALETTE[len(colours) % len(_PALETTE)])
+        colour = colours.setdefault(key, SERIES_COLOURS[len(colours) % len(SERIES_COLOURS)])
         if name == "client in flight":
-            colour = "#1d232b"
+            colour = INK
         trace: dict[str, Any] = {
             "type": "scatter",
             "mode": "lines",
@@ -193,8 +177,8 @@ def figure(chart: str, title: str, unit: str, series: RunSeries) -> dict[str, An
         "hovermode": "x unified",
         "shapes": shapes,
         "annotations": notes,
-        "paper_bgcolor": "#ffffff",
-        "plot_bgcolor": "#ffffff",
+        "paper_bgcolor": PAPER,
+        "plot_bgcolor": PAPER,
     }
     if series.end_t:
         layout["xaxis"]["range"] = [0, series.end_t]

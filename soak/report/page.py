@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from soak.report.palette import PAGE_CSS
 from soak.report.tables import esc
 
 CSP = (
@@ -20,33 +21,6 @@ CSP = (
 )
 """Inline scripts and styles only; data/blob images for plotly's PNG download button."""
 
-CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0;
-       color: #1d232b; background: #f4f5f7; }
-header { background: #1d232b; color: #fff; padding: 16px 28px; }
-header h1 { font-size: 18px; margin: 0 0 4px; word-break: break-all; }
-header .meta { color: #b8c0cc; font-size: 13px; }
-nav { padding: 8px 28px; background: #fff; border-bottom: 1px solid #dde1e6; }
-nav a { margin-right: 14px; color: #2458b3; text-decoration: none; }
-main { padding: 8px 28px 40px; max-width: 1500px; }
-section { background: #fff; border: 1px solid #dde1e6; border-radius: 6px; margin: 16px 0;
-          padding: 12px 18px; }
-h2 { font-size: 16px; margin: 4px 0 10px; }
-h3 { font-size: 14px; margin: 14px 0 6px; }
-table { border-collapse: collapse; margin: 4px 0 8px; font-size: 13px; }
-th, td { border: 1px solid #e3e6ea; padding: 3px 8px; text-align: left; vertical-align: top; }
-th { background: #f0f2f5; font-weight: 600; }
-td { max-width: 900px; overflow-wrap: anywhere; }
-table.numbers td { font-variant-numeric: tabular-nums; }
-.status { display: inline-block; padding: 2px 10px; border-radius: 4px; font-weight: 700; }
-.PASSED { background: #2e7d32; color: #fff; } .FAILED { background: #c62828; color: #fff; }
-.INVALID { background: #ef6c00; color: #fff; } .ABORTED { background: #6d4c41; color: #fff; }
-.unknown { background: #607d8b; color: #fff; }
-.chart { min-height: 360px; border-top: 1px solid #eef0f3; }
-.nodata { color: #6b7480; padding: 10px 0; border-top: 1px solid #eef0f3; }
-.none, .note { color: #6b7480; } .problem { color: #b71c1c; }
-.legend { color: #4b5563; font-size: 13px; }
-"""
 
 SCRIPT = """
 (function () {
@@ -118,7 +92,7 @@ def document(
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)} — soaktop report</title><style>{CSS}</style></head>"
+        f"<title>{esc(title)} — soaktop report</title><style>{PAGE_CSS}</style></head>"
         f'<body><header><h1><span class="status {cls}">{esc(status)}</span> {esc(title)}</h1>'
         f'<div class="meta">{esc(meta)}</div></header><nav>{links}</nav><main>{body}</main>'
         f'<script type="application/json" id="soak-figures">{script_json(figs)}</script>'
