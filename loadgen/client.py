@@ -15,7 +15,25 @@ any stream silent for longer than ``read_timeout_s`` (detected within
 ``read_timeout_s`` + ``min(1 s, read_timeout_s / 4)``).
 
 ``stream``/``stream_into`` never raise except ``asyncio.CancelledError`` (the runner cancels
-at its drain deadline): every other outcome is a ``FailureClass`` on the result.
+at its drain deadline): every other outcome is a ``FailureClass`` on the result. A stream
+that reached ``[DONE]`` is judged once at its end (``loadgen.outcome``): impossible usage
+and an empty stream are failures, never successes.
+
+Stale pooled connections. A server without keep-alive that does not say so (no
+``Connection: close``), or one whose keep-alive timeout ran out while the connection sat
+in the pool, closes a connection the pool still holds; the next request written to it
+fails at once (``ServerDisconnectedError``, a reset, "Can not write request body"). Such
+a request is resent once, on a fresh connection, when all of these hold: the connection
+was *reused* from the pool (aiohttp's ``on_connection_reuseconn`` trace signal), no byte of
+a response arrived (no headers), and the error is a disconnect or reset on that socket —
+not a timeout, not a failed connect. That the server never processed it is an inference
+(in the race it closed before reading the request; RFC 9112 §9.3.1 lets a client resend
+when it can tell, as browsers do), not a proof — a server that read it and died without a
+byte of answer looks the same. So it is counted: ``RequestResult.stale_retry`` goes to the
+journal and the record (``load.stale_connection_retries``), and the timings are those of
+the resend, on a session without a pool (so that it cannot meet another stale
+connection). A request that fails again is classified as any other.
+
 Authorization (or any header given to the client) is never logged nor stored; failure
 details are scrubbed of header values.
 """
@@ -33,6 +51,7 @@ import aiohttp
 import orjson
 
 from loadgen.envelope import FailureClass, RequestResult
+from loadgen.outcome import is_empty_stream, usage_problem
 from loadgen.sse import DETAIL_MAX, SSEParser, error_message
 
 __all__ = ["StreamClient"]
@@ -51,6 +70,24 @@ goes back to the pool; past it the connection is closed (the result is already f
 
 def _trunc(text: str) -> str:
     return text if len(text) <= DETAIL_MAX else text[: DETAIL_MAX - 1] + "…"
+
+
+async def _on_reuse(_session: object, ctx: Any, _params: object) -> None:
+    """aiohttp trace hook: this request's connection came from the pool."""
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, dict):
+        attempt["reused"] = True
+
+
+def _stale(exc: BaseException) -> bool:
+    """An error that a closed pooled connection gives before any response byte: a
+    disconnect or reset while writing the request or waiting for the status line."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        # With a partial response, aiohttp passes the half-parsed message instead of text.
+        return isinstance(exc.message, str)
+    return isinstance(exc, aiohttp.ClientOSError) and not isinstance(
+        exc, aiohttp.ClientConnectorError
+    )
 
 
 class _Watch:
@@ -91,6 +128,7 @@ class StreamClient:
         parts |= {p for v in self._headers.values() for p in v.split() if len(p) >= 8}
         self._secrets = tuple(sorted(parts, key=len, reverse=True))
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None  # no pool: for resends only
         self._watched: set[_Watch] = set()
         self._watchdog: asyncio.Task[None] | None = None
 
@@ -128,8 +166,22 @@ class StreamClient:
             sock_read=self.read_timeout_s,
         )
         headers = {"Accept-Encoding": "identity", **self._headers}
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_reuseconn.append(_on_reuse)
         self._session = aiohttp.ClientSession(
             connector=connector,
+            timeout=timeout,
+            headers=headers,
+            auto_decompress=False,
+            raise_for_status=False,
+            trace_configs=[trace],
+        )
+        # A resend must not land on another stale pooled connection: a session without a
+        # pool (each request on its own new connection, closed after it).
+        self._fresh = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(
+                limit=self.max_connections, limit_per_host=0, force_close=True
+            ),
             timeout=timeout,
             headers=headers,
             auto_decompress=False,
@@ -146,6 +198,9 @@ class StreamClient:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+        if self._fresh is not None:
+            fresh, self._fresh = self._fresh, None
+            await fresh.close()
 
     async def _watch_loop(self) -> None:
         """Close streams that received nothing for ``read_timeout_s`` (see module doc)."""
@@ -209,58 +264,74 @@ class StreamClient:
         """
         got_headers = False
         watch: _Watch | None = None
+        attempt = {"reused": False}  # set by the trace hook when the pool hands a connection
         try:
             session = self.session
             headers = {"Content-Type": "application/json", "X-Request-Id": result.request_id}
-            result.sent_ns = perf_counter_ns()
-            async with session.post(url, data=body, headers=headers, allow_redirects=False) as resp:
-                now = result.first_byte_ns = perf_counter_ns()
-                got_headers = True
-                status = result.status = resp.status
-                if status != 200:
-                    await self._read_error(resp, result)
-                    return result
-                watch = _Watch(now, resp)
-                if _tune_connection(resp):  # else aiohttp's sock_read stays in charge
-                    self._watched.add(watch)
-                parser = SSEParser()
-                # The read loop, inline: every await level costs each read a resume.
-                feed = parser.feed
-                readany = resp.content.readany
-                clock = perf_counter_ns
-                itl = result.itl_ns
-                append = itl.append
-                last = 0
-                chunks = 0
-                want_content = True
+            while True:  # at most twice: a resend after a stale pooled connection (module doc)
+                result.sent_ns = perf_counter_ns()
                 try:
-                    while True:
-                        data = await readany()
-                        now = watch.last_ns = clock()
-                        # At EOF a last event may lack its blank line: close() dispatches it.
-                        n = feed(data) if data else parser.close()
-                        if n:
-                            if last:
-                                append(now - last)
-                            else:
-                                result.first_token_ns = now
-                            if n > 1:  # events that shared this read: gaps of 0
-                                itl.extend([0] * (n - 1))
-                            last = now
-                            chunks += n
-                            if want_content and parser.content_seen:
-                                result.first_content_ns = now
-                                want_content = False
-                        if parser.stopped or not data:
-                            break
-                finally:  # also when a read fails or is cancelled: keep what was measured
-                    self._watched.discard(watch)
-                    result.chunks = chunks
-                    result.finish_reason = parser.finish_reason
-                    result.prompt_tokens = parser.prompt_tokens
-                    result.output_tokens = parser.completion_tokens
-                if self._conclude(resp, result, parser, now):
-                    await self._drain(resp)
+                    async with session.post(
+                        url,
+                        data=body,
+                        headers=headers,
+                        allow_redirects=False,
+                        trace_request_ctx=attempt,
+                    ) as resp:
+                        now = result.first_byte_ns = perf_counter_ns()
+                        got_headers = True
+                        status = result.status = resp.status
+                        if status != 200:
+                            await self._read_error(resp, result)
+                            return result
+                        watch = _Watch(now, resp)
+                        if _tune_connection(resp):  # else aiohttp's sock_read stays in charge
+                            self._watched.add(watch)
+                        parser = SSEParser()
+                        # The read loop, inline: every await level costs each read a resume.
+                        feed = parser.feed
+                        readany = resp.content.readany
+                        clock = perf_counter_ns
+                        itl = result.itl_ns
+                        append = itl.append
+                        last = 0
+                        chunks = 0
+                        want_content = True
+                        try:
+                            while True:
+                                data = await readany()
+                                now = watch.last_ns = clock()
+                                # At EOF a last event may lack its blank line: close() does it.
+                                n = feed(data) if data else parser.close()
+                                if n:
+                                    if last:
+                                        append(now - last)
+                                    else:
+                                        result.first_token_ns = now
+                                    if n > 1:  # events that shared this read: gaps of 0
+                                        itl.extend([0] * (n - 1))
+                                    last = now
+                                    chunks += n
+                                    if want_content and parser.content_seen:
+                                        result.first_content_ns = now
+                                        want_content = False
+                                if parser.stopped or not data:
+                                    break
+                        finally:  # also when a read fails or is cancelled: keep the measures
+                            self._watched.discard(watch)
+                            result.chunks = chunks
+                            result.finish_reason = parser.finish_reason
+                            result.prompt_tokens = parser.prompt_tokens
+                            result.output_tokens = parser.completion_tokens
+                        if self._conclude(resp, result, parser, now):
+                            await self._drain(resp)
+                    return result
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                    resend = attempt["reused"] and not (got_headers or result.stale_retry)
+                    if not (resend and _stale(exc)):
+                        raise
+                    result.stale_retry = True  # nothing was measured yet: resend as new
+                    session = self._fresh or session
         except asyncio.CancelledError:
             result.cancelled = True
             raise
@@ -278,6 +349,19 @@ class StreamClient:
         """Classify a stream whose reading ended; True if the body should be drained."""
         if parser.done:
             r.end_ns = now
+            # Once per request, from what the parser kept: [DONE] alone is no success.
+            problem = usage_problem(parser.usage, r.max_tokens)
+            if problem is not None:
+                r.failure = FailureClass.BAD_USAGE
+                r.failure_detail = self._scrub(problem)
+                r.prompt_tokens = r.output_tokens = None  # never in any token total
+            elif is_empty_stream(r.chunks, r.finish_reason, r.output_tokens):
+                r.failure = FailureClass.EMPTY_STREAM
+                r.failure_detail = self._scrub(
+                    f"HTTP 200 stream reached [DONE] with no token-carrying chunk "
+                    f"({parser.events} events, finish_reason {r.finish_reason!r}, "
+                    f"usage.completion_tokens {r.output_tokens!r})"
+                )
             return True
         if parser.failure is not None:
             r.failure = parser.failure

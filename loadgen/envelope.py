@@ -42,6 +42,17 @@ class FailureClass(StrEnum):
     """An ``error`` object inside an HTTP 200 stream (vLLM's mid-stream failure shape)."""
     MALFORMED = "malformed_sse"
     """A chunk that is not valid SSE or not valid JSON."""
+    EMPTY_STREAM = "empty_stream"
+    """An HTTP 200 stream that reached ``[DONE]`` carrying no output: no token-carrying
+    chunk (content, text, reasoning or a tool-call delta), and not a finished generation
+    either — a stream without tokens is a success only when the server says it finished
+    (a ``finish_reason``) after at least one completion token (``usage``): a model that
+    ends its answer at once. The server said "OK" and delivered nothing."""
+    BAD_USAGE = "impossible_usage"
+    """A ``usage`` block whose numbers cannot be true: not JSON integers (floats, strings,
+    booleans), negative, ``completion_tokens`` above the request's ``max_tokens``,
+    ``total_tokens`` below one of its parts, or beyond any context (≥ 2^31). Its tokens
+    never enter the token totals (see ``loadgen.outcome.usage_problem``)."""
     CLIENT = "client_error"
     """The client itself failed (an exception in soaktop); the server may be blameless."""
 
@@ -53,8 +64,11 @@ AVAILABILITY_CLASSES = frozenset(
         FailureClass.READ_TIMEOUT,
         FailureClass.STREAM_CUT,
         FailureClass.ERROR_EVENT,
+        FailureClass.EMPTY_STREAM,  # the service answered, but with nothing
     }
 )
+"""Classes that mean the service did not deliver. ``malformed_sse`` and
+``impossible_usage`` are protocol classes: something arrived, but not something true."""
 
 
 @dataclass(slots=True)
@@ -85,6 +99,13 @@ class RequestResult:
     """Gaps between successive token-carrying chunks, in ns (len == chunks − 1)."""
     cancelled: bool = False
     """Cut by soaktop itself (drain deadline or abort) — not a server failure."""
+    max_tokens: int | None = None
+    """The output limit the request asked for (``max_tokens``); ``usage`` above it is
+    impossible. ``None``: unknown, only the limit-free checks apply."""
+    stale_retry: bool = False
+    """Sent a second time, on a fresh connection: the first send went out on a pooled
+    connection the server had already closed, and failed before any response byte (see
+    ``loadgen.client``). The timings are the second send's."""
 
     @property
     def ok(self) -> bool:

@@ -110,6 +110,20 @@ class BodyBuilder:
         return orjson.dumps(body)
 
     @property
+    def output_limit(self) -> int | None:
+        """The output-token limit the body asks for: ``max_tokens`` (an ``extra`` value
+        wins) and, when ``extra`` adds one, the larger with ``max_completion_tokens``.
+        ``None`` when a limit is not an integer: the server decides, and usage above it is
+        not provably impossible."""
+        extra = dict(self.extra)
+        limits = [extra.get("max_tokens", self.max_tokens)]
+        if "max_completion_tokens" in extra:
+            limits.append(extra["max_completion_tokens"])
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in limits):
+            return max(limits)
+        return None
+
+    @property
     def path(self) -> str:
         """The endpoint path for this API."""
         return "/v1/chat/completions" if self.api == "chat" else "/v1/completions"

@@ -7,7 +7,8 @@ it classifies each event and keeps the few facts the load generator needs:
 - how many *token-carrying* events a read held (non-empty ``content``, ``reasoning``,
   ``reasoning_content``, ``text`` of ``/v1/completions``, or a ``tool_calls`` delta);
 - whether *visible* content was seen (content, text or a tool-call delta — not reasoning);
-- ``finish_reason`` and the ``usage`` token counts (never estimated);
+- ``finish_reason`` and the ``usage`` token counts (never estimated), and the raw ``usage``
+  value, which ``loadgen.outcome`` judges once at the stream's end;
 - ``[DONE]``;
 - a failure: an ``error`` object inside the 200 stream (``{"error":{...}}``, ``{"error":"..."}``
   or vLLM's older flat ``{"object":"error","message":...}``), an ``event: error`` SSE event,
@@ -144,6 +145,7 @@ class SSEParser:
         "finish_reason",
         "prompt_tokens",
         "stopped",
+        "usage",
     )
 
     def __init__(self) -> None:
@@ -170,6 +172,8 @@ class SSEParser:
         self.finish_reason: str | None = None
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.usage: object = None
+        """The last non-null ``usage`` value as sent (judged once, at the stream's end)."""
 
     # ------------------------------------------------------------------ feeding
 
@@ -390,6 +394,8 @@ class SSEParser:
                     ):
                         kind = REASONING
         usage = obj.get("usage")
+        if usage is not None:
+            self.usage = usage
         if isinstance(usage, dict):
             pt = usage.get("prompt_tokens")
             ct = usage.get("completion_tokens")

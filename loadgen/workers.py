@@ -250,6 +250,7 @@ class LoadGenerator:
         await self._release.wait()
         url = base + self._bodies.path
         prefix = self.plan.request_id_prefix
+        max_tokens = self._bodies.output_limit  # usage above it is impossible
         fast_failures = 0
         while True:
             if not self._issuing.is_set():
@@ -263,6 +264,7 @@ class LoadGenerator:
                 worker=index,
                 prompt_id=prompt.id,
                 sent_ns=self._clock_ns(),  # the client resets it just before the POST
+                max_tokens=max_tokens,
             )
             self.state.in_flight += 1
             try:

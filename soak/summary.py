@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.outcome import usage_disagrees
 from loadgen.stats import PercentileMethod, summarize
 from soak.journal import read_jsonl
 from soak.record import LoadSummary
@@ -77,6 +78,8 @@ def summarize_load(
     """Counts, tokens, throughput and exact latency percentiles from the journal.
     ``visit`` sees every load line too, so other figures need no second read."""
     completed = failed = cancelled = usage_missing = 0
+    disagrees = empty_answers = stale_retries = 0
+    disagree_example: str | None = None
     prompt_tokens = output_tokens = window_tokens = 0
     classes: Counter[str] = Counter()
     lat: dict[str, list[float]] = {k: [] for k in ("ttft", "e2e", "tpot", "ttfb", "fc")}
@@ -86,6 +89,8 @@ def summarize_load(
             continue
         if visit is not None:
             visit(line)
+        if line.get("stale_retry"):
+            stale_retries += 1
         if line.get("cancelled"):
             cancelled += 1
             continue
@@ -97,6 +102,15 @@ def summarize_load(
         ot, pt = line.get("output_tokens"), line.get("prompt_tokens")
         if ot is None or pt is None:
             usage_missing += 1
+        chunks = line.get("chunks")
+        if chunks == 0:
+            empty_answers += 1
+        if usage_disagrees(chunks, ot):
+            disagrees += 1
+            if disagree_example is None:
+                disagree_example = (
+                    f"{line.get('id')}: {chunks} token chunks, usage.completion_tokens {ot}"
+                )
         output_tokens += ot or 0
         prompt_tokens += pt or 0
         end_s = line.get("end_s")
@@ -142,6 +156,10 @@ def summarize_load(
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         usage_missing=usage_missing,
+        usage_disagrees=disagrees,
+        usage_disagrees_example=disagree_example,
+        empty_answers=empty_answers,
+        stale_connection_retries=stale_retries,
         output_tokens_per_s=output_tokens / elapsed if elapsed else None,
         output_tokens_per_s_issue_window=window_tokens / issue_s if issue_s else None,
         requests_per_s=completed / elapsed if elapsed else None,

@@ -19,7 +19,12 @@ A *script* (a JSON-able dict) says what to change; everything it does not name b
     per request. A streamed spec has ``"stream": ["raw SSE text", ...]`` (each item one
     write, flushed; ``"chunk_delay_s"`` between writes) — the default is a short valid
     stream with usage; a non-streamed request (the gates) gets ``"json"``, default a
-    chat completion whose content is ``"{}"``.
+    chat completion whose content is ``"{}"``. ``"close": "silent"`` closes the connection
+    after the response *without* a ``Connection: close`` header (a server or proxy with no
+    keep-alive that does not say so); ``"close": "reused"`` answers the first request of
+    every connection normally and drops any later request on it unanswered, before reading
+    its body (the deterministic form of the same race: the client reuses a pooled
+    connection the server has already given up on).
 
 In any string of a spec, ``@@KEY[a:b]@@`` is replaced by ``key[a:b]`` of the request's
 bearer token (so a test can make the server echo the API key split at any position) and
@@ -149,7 +154,8 @@ def build_app(script: dict[str, Any]) -> web.Application:
     completion = script.get("completion") or _default_completion(model)
     sequence = completion.get("sequence") or [completion]
     counter = {"n": 0}
-    stats = {"completions": 0}
+    stats = {"completions": 0, "dropped": 0}
+    used: set[object] = set()  # transports that already served a request ("close": "reused")
 
     def bearer(request: web.Request) -> str:
         return request.headers.get("Authorization", "").removeprefix("Bearer ")
@@ -177,6 +183,12 @@ def build_app(script: dict[str, Any]) -> web.Application:
         return await answer(request, spec)
 
     async def post_completion(request: web.Request) -> web.StreamResponse:
+        if sequence[counter["n"] % len(sequence)].get("close") == "reused":
+            if request.transport in used:
+                stats["dropped"] += 1
+                request.transport.close()  # type: ignore[union-attr]
+                return web.Response()  # never sent: the connection is closed (and no log)
+            used.add(request.transport)
         body = await request.json()
         spec = _fill(sequence[counter["n"] % len(sequence)], bearer(request), model)
         counter["n"] += 1
@@ -193,7 +205,7 @@ def build_app(script: dict[str, Any]) -> web.Application:
         if status != 200 or ("stream" not in spec and "json" in spec):
             return await answer(request, spec)
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
-        if spec.get("close"):
+        if spec.get("close") is True:
             resp.force_close()
         await resp.prepare(request)
         delay = float(spec.get("chunk_delay_s", 0))
@@ -202,6 +214,8 @@ def build_app(script: dict[str, Any]) -> web.Application:
             if delay:
                 await asyncio.sleep(delay)
         await resp.write_eof()
+        if spec.get("close") == "silent" and request.transport is not None:
+            request.transport.close()
         return resp
 
     async def post_tokenize(request: web.Request) -> web.StreamResponse:
