@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from probes.neterrors import client_side
+
 # vocabulary key → DCGM field names, the first one present wins
 FIELDS: dict[str, tuple[str, ...]] = {
     "memory_used_mib": ("DCGM_FI_DEV_FB_USED",),
@@ -255,8 +257,9 @@ async def scrape_dcgm(client: httpx.AsyncClient, url: str, origin_ns: int = 0) -
     t = (time.perf_counter_ns() - origin_ns) / 1e9
     try:
         r = await client.get(_metrics_url(url))
-    except httpx.HTTPError as e:
-        return DcgmSample(t=t, error=f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+    except (httpx.HTTPError, OSError) as e:  # a socket that cannot be made escapes bare
+        error = client_side(e) or (f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+        return DcgmSample(t=t, error=error)
     if r.status_code != 200:
         return DcgmSample(t=t, error=f"HTTP {r.status_code}")
     try:

@@ -28,6 +28,8 @@ from typing import Literal, NamedTuple
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from probes.neterrors import client_side
+
 Combine = Literal["sum", "max", "mean"]
 """How the label sets (engines, ranks) of one key add up: counters and queue lengths sum,
 KV usage is the fullest engine's, a ratio gauge is averaged (an unweighted mean)."""
@@ -445,11 +447,12 @@ async def scrape(client: httpx.AsyncClient, base: str, origin_ns: int) -> Engine
     t = (time.perf_counter_ns() - origin_ns) / 1e9
     try:
         r = await client.get(f"{base}/metrics")
-    except httpx.HTTPError as e:
-        return EngineSample(t=t, engine=None, values={}, error=f"{type(e).__name__}: {e}")
+    except (httpx.HTTPError, OSError) as e:  # a socket that cannot be made escapes bare
+        error = client_side(e) or (f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+        return EngineSample(t=t, engine=None, values={}, error=error)
     if r.status_code != 200:
         return EngineSample(t=t, engine=None, values={}, error=f"HTTP {r.status_code}")
     try:
         return parse_metrics(r.text, t)
-    except ValueError as e:
-        return EngineSample(t=t, engine=None, values={}, error=f"unparsable /metrics: {e}")
+    except Exception as e:  # untrusted text: whatever the parser trips on is the server's
+        return EngineSample(t=t, engine=None, values={}, error=f"unparsable /metrics: {e}"[:300])

@@ -8,11 +8,14 @@ one ``HealthSample``; ``HealthTracker`` turns the stream of samples into change 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
+
+from probes.neterrors import client_side
 
 Severity = Literal["info", "error"]
 
@@ -32,6 +35,14 @@ class HealthSample:
     two samples with the same kind are the same state."""
     detail: str | None = None
     """The exception's own words, for the record (they vary between checks)."""
+    client_side: bool = False
+    """The check never left this host (the client ran out of file descriptors, buffers or
+    ports): the client's failure, not the server's (``probes.neterrors``)."""
+
+    @property
+    def answered(self) -> bool:
+        """The server gave an HTTP answer (any status) in time: the check told something."""
+        return self.status is not None
 
 
 async def check_health(
@@ -40,15 +51,25 @@ async def check_health(
     """GET ``base/health`` once with a short timeout; a failure is a sample, never a raise.
 
     ``timeout_s`` overrides the client's own (a long read timeout for generations would
-    hide a hung server for minutes)."""
+    hide a hung server for minutes). A check the client could not even send (out of file
+    descriptors) is a sample with ``client_side`` set: not the server's failure."""
     start = time.perf_counter()
     t = start if t is None else t
     try:
-        r = await client.get(f"{base.rstrip('/')}/health", timeout=timeout_s)
-    except httpx.TimeoutException as e:
+        # wait_for too: httpx's timeout is per read, and a server that trickles bytes
+        # would never trip it
+        r = await asyncio.wait_for(
+            client.get(f"{base.rstrip('/')}/health", timeout=timeout_s), timeout_s
+        )
+    except (httpx.TimeoutException, TimeoutError) as e:
         return HealthSample(t, False, None, time.perf_counter() - start, "timeout", _words(e))
-    except httpx.HTTPError as e:
-        return HealthSample(t, False, None, time.perf_counter() - start, _kind(e), _words(e))
+    except (httpx.HTTPError, OSError) as e:
+        # httpx lets a socket that cannot even be made (EMFILE) escape as a bare OSError
+        latency = time.perf_counter() - start
+        if (mine := client_side(e)) is not None:
+            return HealthSample(t, False, None, latency, mine, _words(e), client_side=True)
+        kind = _kind(e) if isinstance(e, httpx.HTTPError) else f"OSError {e.errno}"
+        return HealthSample(t, False, None, latency, kind, _words(e))
     latency = time.perf_counter() - start
     if r.status_code == 200:
         return HealthSample(t, True, 200, latency)

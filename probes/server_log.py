@@ -266,6 +266,9 @@ class LogFollower:
         self.max_bytes_per_poll = max_bytes_per_poll
         self.reopened = 0
         """How often the file was found rotated or truncated."""
+        self.error: str | None = None
+        """Why the file is not being read now ("No such file or directory", "Permission
+        denied"; the OS's words without the path); None while it is open."""
         self._lines = _Lines(max_line_bytes)
         self._fh: int | None = None
         self._pos = 0
@@ -275,8 +278,10 @@ class LogFollower:
     def _open(self, at_end: bool) -> bool:
         try:
             fd = os.open(self.path, os.O_RDONLY)
-        except OSError:
+        except OSError as e:
+            self.error = e.strerror or type(e).__name__
             return False
+        self.error = None
         self._fh = fd
         self._pos = os.lseek(fd, 0, os.SEEK_END) if at_end else 0
         return True
@@ -325,9 +330,15 @@ class LogFollower:
             self._drop()
             if on_path is not None and self._open(at_end=False):
                 out += self._read(budget - n)[0]
-        except OSError:  # unreadable (a directory, a vanished mount): try again next poll
+        except OSError as e:  # unreadable (a directory, a vanished mount): try again next poll
+            self.error = e.strerror or type(e).__name__
             self._drop()
         return out
+
+    @property
+    def following(self) -> bool:
+        """The file is open and was readable at the last poll."""
+        return self._fh is not None and not self._closed
 
     def close(self) -> None:
         """Stop following; later polls return nothing."""

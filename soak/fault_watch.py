@@ -10,6 +10,14 @@ traceback, the exception, "died unexpectedly"); each kind is reported per replic
 The record gets per-endpoint health (checks, failures, outages, longest outage) and per
 replica fault counts with the first line of each kind; the verdict fails a run with a
 critical fault line or a /health outage.
+
+Every endpoint is checked at once, each check cut after ``soak.periodic.poll_timeout``
+(shorter than the interval): a hung ``/health`` is a timeout a round, never a wait. Two
+answers are not the server's health: a ``/health`` the server does not serve (HTTP 404 or
+405: nothing is watched there, one warning says so) and a check the client could not even
+send (out of file descriptors: ``client_errors``, the client's own failure — a note, and
+INVALID when it lasted ``client_overload_s``). Both, like timeouts, count against the
+endpoint's health coverage (``soak.coverage``); each log poll counts toward its log's.
 """
 
 from __future__ import annotations
@@ -23,14 +31,17 @@ from typing import Any
 
 import httpx
 
-from probes.health import HealthTracker, check_health
+from probes.health import HealthSample, HealthTracker, check_health
 from probes.server_log import CommandFollower, LogFault, LogFollower, classify
+from soak.coverage import Coverage, LoadWindow
 from soak.events import EventLog
 from soak.faults import when
-from soak.periodic import every
+from soak.periodic import every, poll_timeout
 from soak.record import Reason
 
 FAULT_EVENTS_PER_KIND = 5
+UNSERVED = (404, 405)
+"""/health statuses that say "no such route", not "unhealthy"."""
 
 
 @dataclass
@@ -51,6 +62,37 @@ class _LogSource:
         assert self.command is not None
         return self.command.poll()
 
+    def why_not_following(self) -> str | None:
+        """None while the log is being read; else why not (a missing or unreadable file,
+        a log command that ended)."""
+        if self.file is not None:
+            if self.file.following:
+                return None
+            return f"file not readable: {self.file.error or 'not there'}"
+        assert self.command is not None
+        if self.command.ended:
+            return self.command.exit_message or "log command ended"
+        return None
+
+
+@dataclass
+class _ClientErrors:
+    """/health checks the client could not send, per endpoint: counts and streaks."""
+
+    kinds: dict[str, int] = field(default_factory=dict)
+    since: float | None = None
+    longest_s: float = 0.0
+
+    def update(self, sample: HealthSample) -> None:
+        if not sample.client_side:
+            self.since = None
+            return
+        kind = sample.error or "client-side"
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        if self.since is None:
+            self.since = sample.t
+        self.longest_s = max(self.longest_s, sample.t - self.since)
+
 
 class FaultWatch:
     """/health of every endpoint and the classified lines of every server log."""
@@ -66,6 +108,7 @@ class FaultWatch:
         log_commands: list[list[str]] | None = None,
         keep_lines: bool = True,
         scrub: Callable[[str], str] = lambda s: s,
+        window: LoadWindow | None = None,
     ) -> None:
         self._scrub = scrub
         """Secrets (always) and endpoint names (--redact) out of summaries and lines."""
@@ -80,7 +123,18 @@ class FaultWatch:
         self.health = HealthTracker(len(endpoints))
         self.health_errors: list[dict[str, int]] = [{} for _ in endpoints]
         """Failed /health checks per endpoint by kind (HTTP 503, connection refused, ...)."""
-        self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(2.0))
+        self.client_errors = [_ClientErrors() for _ in endpoints]
+        """Checks the client could not send (not the server's failures)."""
+        self.unserved: list[int | None] = [None] * len(endpoints)
+        """The HTTP status of an endpoint that does not serve /health (None: it does)."""
+        self.timeout_s = poll_timeout(interval_s)
+        """Bound of one /health check (shorter than the interval)."""
+        window = window or LoadWindow()
+        self.health_cover = Coverage(
+            interval_s, window, [f"endpoint {i}" for i in range(len(endpoints))]
+        )
+        self.log_cover = Coverage(interval_s, window)
+        self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.timeout_s))
         files = log_files or []
         # One log per replica when the counts agree; otherwise the logs are not attributed.
         per_replica = len(files) == len(endpoints)
@@ -96,6 +150,8 @@ class FaultWatch:
             _LogSource(label=f"log command {i}", replica=None, command=CommandFollower(argv))
             for i, argv in enumerate(log_commands or [])
         ]
+        for src in self.logs:
+            self.log_cover.add_key(src.label)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -114,30 +170,65 @@ class FaultWatch:
         await self.check_health()
 
     async def check_health(self) -> None:
-        """``/health`` of every endpoint; a change of state is an event."""
-        for i, base in enumerate(self.endpoints):
-            sample = await check_health(self._client, base, t=self.now_s(), timeout_s=5.0)
-            if not sample.ok:
-                kind = sample.error or "failed"
-                self.health_errors[i][kind] = self.health_errors[i].get(kind, 0) + 1
-            change = self.health.update(i, sample)
-            if change is not None:
+        """``/health`` of every endpoint at once; a change of state is an event."""
+        t = self.now_s()
+        samples = await asyncio.gather(
+            *(
+                check_health(self._client, base, t=t, timeout_s=self.timeout_s)
+                for base in self.endpoints
+            )
+        )  # check_health bounds itself and never raises
+        for i, sample in enumerate(samples):
+            self._take_health(i, sample)
+
+    def _take_health(self, i: int, sample: HealthSample) -> None:
+        key = f"endpoint {i}"
+        self.client_errors[i].update(sample)
+        if sample.client_side:  # the client's failure: the server's state is unknown
+            self.health_cover.sample(key, sample.t, sample.error)
+            return
+        if sample.status in UNSERVED:
+            self.health_cover.sample(key, sample.t, f"HTTP {sample.status}: /health not served")
+            if self.unserved[i] is None:
+                self.unserved[i] = sample.status
                 self.events.emit(
-                    "health",
-                    change.message,
-                    change.severity,
+                    "warning",
+                    f"endpoint {i} /health answers HTTP {sample.status}: not served there, so "
+                    "its health is not watched (see the telemetry coverage)",
+                    "warning",
                     endpoint=i,
-                    state=change.state,
-                    down_for_s=change.down_for_s,
+                    source="health",
                 )
+            return
+        self.health_cover.sample(
+            key,
+            sample.t,
+            None if sample.answered else f"no answer: {sample.error or 'failed'}",
+        )
+        if not sample.ok:
+            kind = sample.error or "failed"
+            self.health_errors[i][kind] = self.health_errors[i].get(kind, 0) + 1
+        change = self.health.update(i, sample)
+        if change is not None:
+            self.events.emit(
+                "health",
+                change.message,
+                change.severity,
+                endpoint=i,
+                state=change.state,
+                down_for_s=change.down_for_s,
+            )
 
     def poll_logs(self) -> None:
         """New lines of every log; each classified fault line is an event."""
+        t = self.now_s()
         for src in self.logs:
             for line in src.poll():
                 src.lines += 1
                 if (fault := classify(line)) is not None:
                     self._fault(src, fault)
+            why = src.why_not_following()
+            self.log_cover.sample(src.label, t, self._scrub(why) if why else None)
             cmd = src.command
             if cmd is not None and cmd.ended and not src.ended_reported:
                 src.ended_reported = True
@@ -176,7 +267,7 @@ class FaultWatch:
             # endpoint would use up the health check's time.
             self.poll_logs()
             with contextlib.suppress(TimeoutError, httpx.HTTPError):
-                await asyncio.wait_for(self.check_health(), timeout=5.0)
+                await asyncio.wait_for(self.check_health(), timeout=self.timeout_s + 1.0)
         finally:
             await self._client.aclose()
             for src in self.logs:
@@ -195,12 +286,33 @@ class FaultWatch:
             ],
         }
 
+    def coverage(self, now_s: float, min_expected: int = 1) -> dict[str, dict[str, Any]]:
+        """``{"health": {"endpoint i": entry}, "server_log": {label: entry}}`` over the load
+        window so far; a log's entry also says how many lines it read."""
+        for src in self.logs:
+            self.log_cover.extra[src.label] = {"lines_read": src.lines}
+        return {
+            "health": self.health_cover.summary(now_s, min_expected),
+            "server_log": self.log_cover.summary(now_s, min_expected),
+        }
+
     def summary(self) -> dict[str, Any]:
         """The record's telemetry.health and telemetry.server_logs."""
-        health = [
-            h | {"failures_by_kind": errors}
-            for h, errors in zip(self.health.summary(), self.health_errors, strict=True)
-        ]
+        health = []
+        for h, errors, mine, unserved in zip(
+            self.health.summary(),
+            self.health_errors,
+            self.client_errors,
+            self.unserved,
+            strict=True,
+        ):
+            entry = h | {"failures_by_kind": errors}
+            if mine.kinds:
+                entry["client_errors"] = dict(mine.kinds)
+                entry["client_errors_longest_s"] = round(mine.longest_s, 3)
+            if unserved is not None:
+                entry["not_served"] = f"HTTP {unserved}"
+            health.append(entry)
         return {
             "health": health,
             "server_logs": [
@@ -216,9 +328,13 @@ class FaultWatch:
         }
 
 
-def fault_reasons(telemetry: dict[str, Any], load_start_s: float | None = None) -> list[Reason]:
+def fault_reasons(
+    telemetry: dict[str, Any], load_start_s: float | None = None, client_overload_s: float = 10.0
+) -> list[Reason]:
     """Critical server-log faults and /health outages fail the run; other fault lines
-    (a traceback the server survived) are notes. Times are relative to the load's start."""
+    (a traceback the server survived) are notes. Times are relative to the load's start.
+    /health checks the client could not send are the client's (``health_client_error``):
+    a note, INVALID when they went on for ``client_overload_s``."""
     out: list[Reason] = []
     for src in telemetry.get("server_logs", []):
         for kind, first in src.get("first", {}).items():
@@ -233,10 +349,13 @@ def fault_reasons(telemetry: dict[str, Any], load_start_s: float | None = None) 
                 )
             )
     for h in telemetry.get("health", []):
+        if h.get("client_errors"):
+            out.append(_client_error_reason(h, client_overload_s))
         if not h.get("failures"):
             continue
         kinds = h.get("failures_by_kind") or {}
-        # A /health slower than 5 s is an overloaded API server, not a dead one: a note.
+        # A /health slower than its timeout (0.8 × the interval, at most 5 s) is an
+        # overloaded API server, not a dead one: a note.
         slow_only = set(kinds) == {"timeout"}
         by = ", ".join(f"{n}× {k}" for k, n in kinds.items())
         out.append(
@@ -249,3 +368,25 @@ def fault_reasons(telemetry: dict[str, Any], load_start_s: float | None = None) 
             )
         )
     return out
+
+
+def _client_error_reason(h: dict[str, Any], client_overload_s: float) -> Reason:
+    """The client ran out of sockets (file descriptors, ports) checking /health: its own
+    health, never the server's; sustained, the run's measurements cannot be trusted."""
+    kinds = h["client_errors"]
+    n = sum(kinds.values())
+    longest = float(h.get("client_errors_longest_s") or 0.0)
+    sustained = longest >= client_overload_s
+    by = ", ".join(f"{k} {c}×" for k, c in kinds.items())
+    tail = (
+        f" for {longest:.0f} s (limit {client_overload_s:g} s): the client was out of "
+        "resources, so its measurements cannot be trusted"
+        if sustained
+        else " (the client's own failure, not the server's)"
+    )
+    return Reason(
+        code="health_client_error",
+        effect="invalid" if sustained else "note",
+        message=f"endpoint {h['endpoint']} /health: soaktop could not send {n} checks "
+        f"({by}){tail}; raise the open-files limit (ulimit -n)",
+    )

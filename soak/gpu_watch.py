@@ -1,7 +1,9 @@
 """Watches the GPUs through DCGM exporters during the run: memory, heat, power, faults.
 
-One task scrapes every exporter one after the other and then sleeps the rest of the
-interval, so a slow exporter delays the next round instead of piling scrapes up. Each
+One task scrapes every exporter at once and then sleeps the rest of the interval; each
+scrape is cut after ``soak.periodic.poll_timeout`` (shorter than the interval), so a hung
+exporter costs one missed sample a round and never piles scrapes up. Each round counts
+toward every exporter's coverage of the load (``soak.coverage``). Each
 sample is one ``telemetry.jsonl`` line; the latest readings go into snapshots
 (:meth:`GpuWatch.view`); the extremes over the whole run, the faults and the throttle
 reasons seen go into the record (:meth:`GpuWatch.summary`); the faults also reach the
@@ -33,6 +35,7 @@ GPU UUIDs and hostnames pass through ``scrub`` (the redactor) before anything is
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
@@ -40,10 +43,11 @@ from typing import Any
 import httpx
 
 from probes.dcgm import DcgmSample, scrape_dcgm
+from soak.coverage import Coverage, LoadWindow
 from soak.events import EventLog
 from soak.gpu_ledger import GpuLedger, GpuState
 from soak.journal import JsonlWriter
-from soak.periodic import every
+from soak.periodic import every, poll_timeout
 from soak.record import Reason
 
 _Key = tuple[int, str | None, int | None, str | None]
@@ -64,16 +68,22 @@ class GpuWatch:
         timeout_s: float = 5.0,
         ignore_xid: Iterable[int] = (),
         when: Callable[[float], str] = lambda t: f"at {t:.1f} s",
+        window: LoadWindow | None = None,
     ) -> None:
         self.urls = urls
         self.interval_s = interval_s
+        self.timeout_s = min(timeout_s, poll_timeout(interval_s))
+        """Bound of one scrape (shorter than the interval)."""
+        self.cover = Coverage(
+            interval_s, window or LoadWindow(), [f"exporter {i}" for i in range(len(urls))]
+        )
         self.loop_errors: list[str] = []
         """Unexpected exceptions of the periodic loop (soaktop bugs: the run is INVALID)."""
         self._origin_ns = origin_ns
         self._journal = journal
         self._events = events
         self._scrub = scrub
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s))
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s))
         self._task: asyncio.Task[None] | None = None
         self._ledger = GpuLedger("dcgm", events, scrub, frozenset(ignore_xid), when)
         self.latest: list[DcgmSample | None] = [None] * len(urls)
@@ -84,13 +94,25 @@ class GpuWatch:
 
     # -- scraping ------------------------------------------------------------------------
     async def scrape_all(self) -> list[DcgmSample]:
-        """Scrape every exporter now, one after the other."""
-        out = []
-        for i, url in enumerate(self.urls):
-            s = await scrape_dcgm(self._client, url, self._origin_ns)
+        """Scrape every exporter now, all at once, each within ``timeout_s``."""
+        samples = await asyncio.gather(*(self._scrape(url) for url in self.urls))
+        for i, s in enumerate(samples):
             self._take(i, s)
-            out.append(s)
-        return out
+            self.cover.sample(f"exporter {i}", s.t, s.error)
+        return list(samples)
+
+    async def _scrape(self, url: str) -> DcgmSample:
+        t = (time.perf_counter_ns() - self._origin_ns) / 1e9
+        try:
+            return await asyncio.wait_for(
+                scrape_dcgm(self._client, url, self._origin_ns), self.timeout_s
+            )
+        except TimeoutError:
+            return DcgmSample(t=t, error=f"timed out after {self.timeout_s:g} s")
+
+    def coverage(self, now_s: float, min_expected: int = 1) -> dict[str, dict[str, Any]]:
+        """``{"dcgm": {"exporter i": entry}}`` over the load window so far."""
+        return {"dcgm": self._scrub(self.cover.summary(now_s, min_expected))}
 
     async def _run(self) -> None:
         await every(self.interval_s, self.scrape_all, "GPU watch (DCGM)", self.loop_errors)

@@ -9,6 +9,9 @@ the runner's CPU above ``max_client_cpu_percent`` and, while issuing, fewer requ
 flight than workers started (with no failure back-off to explain it). Their longest
 streaks go into ``client_health``; the verdict makes the run INVALID when one lasted
 ``client_overload_s``.
+
+Every tick inside the load counts toward the host source's coverage (``soak.coverage``):
+ticks come from the runner's snapshot loop, so a client too busy to tick shows here too.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import psutil
 
 from probes.host import HostSample, ProcessSampler
+from soak.coverage import Coverage, LoadWindow
 from soak.events import EventLog
 from soak.journal import JsonlWriter
 
@@ -59,7 +63,11 @@ class HostWatch:
         events: EventLog,
         server_pids: list[int] | None = None,
         max_client_cpu_percent: float = 95.0,
+        interval_s: float = 1.0,
+        window: LoadWindow | None = None,
     ) -> None:
+        self.cover = Coverage(interval_s, window or LoadWindow(), ["host"])
+        """One sample a snapshot tick (``interval_s``) during the load."""
         self._journal = journal
         self._events = events
         self.max_client_cpu_percent = max_client_cpu_percent
@@ -135,7 +143,12 @@ class HostWatch:
             line["servers"] = [self._server(s, t, measuring) for s in self.servers]
         self._journal.write(line)
         self.latest = line
+        self.cover.sample("host", t)
         return c
+
+    def coverage(self, now_s: float, min_expected: int = 1) -> dict[str, dict[str, Any]]:
+        """``{"host": {"host": entry}}``: the load's ticks against the expected ones."""
+        return {"host": self.cover.summary(now_s, min_expected)}
 
     def _server(self, s: _Server, t: float, measuring: bool) -> dict[str, Any]:
         if s.sampler is None or s.exited_at_s is not None:

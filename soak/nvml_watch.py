@@ -10,7 +10,9 @@ Every NVML call is blocking and runs in a daemon thread of its own, never on the
 loop: a driver that hangs (it does, after Xid 79) stalls this watch — reported as a
 warning, with the GPUs' values withdrawn — but neither the loop nor the runner's exit.
 One read at a time: the next read starts one interval after the last one began, or when it
-returns if it took longer (no pile-up).
+returns if it took longer (no pile-up). Each read counts toward the load's coverage
+(``soak.coverage``, key ``local GPUs``; a stalled read counts as answered only once, so
+the intervals it hung through show as missing); NVML unavailable is absent, not lost.
 
 - **No NVML** (no driver, init failure, no GPU): one ``warning`` event "GPU telemetry: NVML
   unavailable: …", then nothing; ``view()`` and ``summary()`` say ``unavailable`` with the
@@ -51,6 +53,7 @@ from probes.nvml import (
     NvmlUnavailable,
     XidEventWatcher,
 )
+from soak.coverage import Coverage, LoadWindow
 from soak.events import EventLog
 from soak.gpu_ledger import GpuLedger, GpuState
 from soak.journal import JsonlWriter
@@ -58,6 +61,7 @@ from soak.periodic import every
 from soak.record import Reason
 
 _T = TypeVar("_T")
+COVERAGE_KEY = "local GPUs"
 
 
 # --- blocking calls off the loop --------------------------------------------------------
@@ -136,8 +140,11 @@ class NvmlWatch:
         reader: NvmlReader | None = None,
         ignore_xid: Iterable[int] = (),
         when: Callable[[float], str] = lambda t: f"at {t:.1f} s",
+        window: LoadWindow | None = None,
     ) -> None:
         self.interval_s = interval_s
+        self.cover = Coverage(interval_s, window or LoadWindow())
+        """Expects samples only once NVML opened (unavailable: absent, not lost)."""
         self.loop_errors: list[str] = []
         """Unexpected exceptions of the periodic loop (soaktop bugs: the run is INVALID)."""
         self.open_timeout_s = open_timeout_s
@@ -228,6 +235,7 @@ class NvmlWatch:
         except Exception as e:  # a bug in the binding must not take the run down
             return self._unavailable(f"NVML could not be opened: {type(e).__name__}: {e}")
         self.status = "ok"
+        self.cover.add_key(COVERAGE_KEY)
         t = self.now_s()
         for dev in self._reader.devices:
             r = NvmlReading(host=None, index=dev.index, uuid=dev.uuid, name=dev.name)
@@ -326,8 +334,11 @@ class NvmlWatch:
         try:
             readings = await self._await_read(fut, t)
         except Exception as e:
-            self._read_failed(t, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+            error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            self.cover.sample(COVERAGE_KEY, t, self._ledger.text(error))
+            self._read_failed(t, error)
             return None
+        self.cover.sample(COVERAGE_KEY, t)
         self._take(t, readings)
         return readings
 
@@ -528,6 +539,11 @@ class NvmlWatch:
             )
 
     # -- outputs -------------------------------------------------------------------------
+    def coverage(self, now_s: float, min_expected: int = 1) -> dict[str, dict[str, Any]]:
+        """``{"nvml": {"local GPUs": entry}}`` over the load window so far (empty when
+        NVML never opened: absent, said once in ``gpu_sources``)."""
+        return {"nvml": self.cover.summary(now_s, min_expected)}
+
     def _whole(self, status: str) -> dict[str, object]:
         out: dict[str, object] = {"source": "nvml", "status": status}
         if self.reason is not None:

@@ -4,6 +4,10 @@ A watcher whose loop died on an unexpected exception would leave the rest of the
 unwatched while the verdict still read PASSED. So an exception in a step is printed to
 runner.log, kept (``errors``, the first few distinct ones) for the record as a soaktop
 failure, and the loop goes on.
+
+A step must not outlast its interval: every request a watcher makes in one is bounded by
+:func:`poll_timeout` (shorter than the interval), so a hung source costs one missed sample
+a round, never a pile-up and never a wait at the run's phase boundaries.
 """
 
 from __future__ import annotations
@@ -14,6 +18,15 @@ import traceback
 from collections.abc import Awaitable, Callable
 
 MAX_ERRORS = 10
+TIMEOUT_SHARE = 0.8
+"""A periodic request may take this share of the interval before it is cut."""
+TIMEOUT_CAP_S = 5.0
+"""...and never longer than this, however long the interval."""
+
+
+def poll_timeout(interval_s: float) -> float:
+    """The bound of one request of a step that runs every ``interval_s``."""
+    return round(min(TIMEOUT_CAP_S, TIMEOUT_SHARE * interval_s), 3)
 
 
 async def every(
