@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,6 +35,9 @@ Outcome = Literal["pass", "contract", "availability", "client"]
 
 BODY_LIMIT = 1 << 20
 """Bytes of a response written into evidence (``Exchange.as_evidence``)."""
+
+SCRUB_MARGIN = 4096
+"""Characters past ``BODY_LIMIT`` that the evidence scrubber sees before the cut."""
 
 FULL_BODY_LIMIT = 64 << 20
 """Bytes of a response kept to judge it; a longer answer ends the probe as ``client``
@@ -109,11 +113,17 @@ class Exchange:
     latency_s: float | None = None
     usage: dict[str, Any] | None = None
 
-    def as_evidence(self) -> dict[str, Any]:
+    def as_evidence(self, scrub: Callable[[str], str] | None = None) -> dict[str, Any]:
         """The exchange as written into an evidence file (no auth headers: none are kept);
         the body is cut at ``BODY_LIMIT`` bytes, and ``truncated`` says whether it was
-        (or whether the answer was larger than soaktop keeps)."""
-        body, cut = _evidence_body(self.text)
+        (or whether the answer was larger than soaktop keeps). ``scrub`` (the run's
+        redactor) sees the whole body before the cut: a secret the cut would halve, or
+        one a stream split across chunks, is still found whole."""
+        text, longer = self.text, False
+        if scrub is not None:  # only what can be kept (a margin for a key across the cut)
+            longer = len(text) > BODY_LIMIT + SCRUB_MARGIN
+            text = scrub(text[: BODY_LIMIT + SCRUB_MARGIN])
+        body, cut = _evidence_body(text)
         return {
             "request": {"method": "POST", "url": self.url, "x_request_id": self.request_id}
             | {"body": self.body},
@@ -121,7 +131,7 @@ class Exchange:
                 "status": self.status,
                 "headers": self.headers,
                 "body": body,
-                "truncated": cut or self.oversize,
+                "truncated": cut or longer or self.oversize,
             },
             "error": self.error,
             "latency_s": self.latency_s,

@@ -133,13 +133,16 @@ class GpuLedger:
         where: str,
         tag: dict[str, Any] | None = None,
     ) -> GpuState:
-        """A new GPU, identified by the reading's index, name, host and UUID."""
+        """A new GPU, identified by the reading's index, name, host and UUID. The host and
+        UUID are scrubbed as the fields they are (the redactor learns them: a host name has
+        no shape text could be recognised by), and kept only in that form."""
+        ids = self._scrub({"host": r.host, "uuid": r.uuid})
         g = self.gpus[key] = GpuState(
             key=key,
             index=r.index,
             name=r.name,
-            host=self.text(r.host),
-            uuid=self.text(r.uuid),
+            host=None if ids.get("host") is None else str(ids["host"]),
+            uuid=None if ids.get("uuid") is None else str(ids["uuid"]),
             at_start=at_start,
             where=where,
             tag=dict(tag or {}),

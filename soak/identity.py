@@ -20,6 +20,11 @@ _ENGINE_PREFIXES = (
 )
 
 
+OPTIONAL_TIMEOUT_S = 2.0
+"""/version and /metrics are optional here: a hung one must not hold the run's start
+(the telemetry coverage reports a /metrics that never answers)."""
+
+
 def _detect_engine(names: set[str]) -> str | None:
     for prefix, engine in _ENGINE_PREFIXES:
         if any(n.startswith(prefix) for n in names):
@@ -60,13 +65,13 @@ async def probe_endpoint(client: httpx.AsyncClient, base: str) -> EndpointIdenti
     except (ValueError, AttributeError):
         ident.error = "/v1/models did not answer the OpenAI list shape"
     try:
-        v = await client.get(f"{base}/version")
+        v = await client.get(f"{base}/version", timeout=OPTIONAL_TIMEOUT_S)
         if v.status_code == 200:
             ident.version = str(v.json().get("version"))
     except (httpx.HTTPError, ValueError, AttributeError):
         pass  # /version is vLLM-specific; other engines lack it
     try:
-        m = await client.get(f"{base}/metrics")
+        m = await client.get(f"{base}/metrics", timeout=OPTIONAL_TIMEOUT_S)
         if m.status_code == 200:
             read_metrics(m.text, ident)
     except (httpx.HTTPError, ValueError):

@@ -92,8 +92,10 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
         *((a, a.capitalize()) for a in ("faults", "engines", "identity")),
     ]
     figs = {f"chart-{cid}": fig for cid, _, fig, _ in charts if fig is not None}
+    # A --redact run's page names its directory, never the path that holds it.
+    shown = view.path.name if (rec.get("config") or {}).get("redact") else view.path
     meta = (
-        f"{view.path} · started {rec.get('started_at', '—')} · ended {rec.get('ended_at', '—')}"
+        f"{shown} · started {rec.get('started_at', '—')} · ended {rec.get('ended_at', '—')}"
         f" · report by soaktop {__version__} at "
         f"{datetime.now(UTC).isoformat(timespec='seconds')}"
     )
