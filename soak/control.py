@@ -11,9 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from soak.journal import JsonlTail
+from soak.journal import JsonlTail, JsonlWriter
 
 
 class ControlReader(JsonlTail):
@@ -25,6 +23,10 @@ class ControlReader(JsonlTail):
 
 
 def send_control(run_dir: Path, cmd: str, note: str = "") -> None:
-    """Append one command for the runner of ``run_dir``."""
-    with (run_dir / "control.jsonl").open("ab") as fh:
-        fh.write(orjson.dumps({"cmd": cmd, "note": note}) + b"\n")
+    """Append one command for the runner of ``run_dir``; ``OSError`` if it cannot be written."""
+    # A whole line or nothing: a full disk must not leave a torn command for the runner.
+    writer = JsonlWriter(run_dir / "control.jsonl")
+    writer.write({"cmd": cmd, "note": note})
+    writer.close()
+    if writer.error is not None:
+        raise writer.error

@@ -1,56 +1,198 @@
 """Append-only JSONL journals in the run directory, flushed line by line.
 
 A crash, ``kill -9`` or power loss loses at most the line being written: every reader
-here tolerates a truncated last line. Journal lines are plain JSON objects so that any
-tool (jq, pandas) can read them without soaktop.
+here tolerates a truncated last line, and a full disk never leaves one (each line is one
+``write(2)``; a failed or short write is cut back to the last whole line). Journal lines
+are plain JSON objects so that any tool (jq, pandas) can read them without soaktop.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
 from loadgen.envelope import RequestResult
 
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS})
+"""Write errors that mean the run directory's storage failed (full, over quota, broken,
+read-only, over a file-size limit) — not a bug in soaktop."""
+
+
+def storage_words(err: OSError) -> str:
+    """An ``OSError`` from a write in words an operator acts on: ``disk full (ENOSPC: ...)``."""
+    code = errno.errorcode.get(err.errno or 0, str(err.errno))
+    what = {
+        errno.ENOSPC: "disk full",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EIO: "I/O error",
+        errno.EFBIG: "file size limit reached",
+        errno.EROFS: "file system is read-only",
+    }.get(err.errno or 0, "write failed")
+    return f"{what} ({code}: {err.strerror or err})"
+
 
 class JsonlWriter:
-    """One journal file opened for append; ``write`` flushes so readers see it at once."""
+    """One journal file opened for append; every line is one ``write(2)``, so readers see
+    it at once and a tail is never torn by soaktop.
 
-    def __init__(self, path: Path) -> None:
+    A write that fails (disk full, I/O error, quota) or writes only part of a line is cut
+    back to the last whole line, and the journal turns *failed*: it calls ``on_error`` once
+    (the runner then stops issuing and says why) and drops every later line, counting them
+    in ``dropped``. The measuring path never sees an exception from a journal.
+    """
+
+    def __init__(
+        self, path: Path, on_error: Callable[[JsonlWriter, OSError], None] | None = None
+    ) -> None:
         self.path = path
-        self._fh: BinaryIO | None = path.open("ab", buffering=0)
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
         self.lines = 0
+        self.dropped = 0
+        """Lines not written because the journal had failed."""
+        self.error: OSError | None = None
+        """The write error that failed this journal, if one did."""
+        self.on_error = on_error
 
     def write(self, obj: Any) -> None:
         """Append one JSON object as a line."""
-        if self._fh is None:
-            raise ValueError(f"journal {self.path.name} is closed")
-        self._fh.write(orjson.dumps(obj) + b"\n")
-        self.lines += 1
+        self.write_raw(orjson.dumps(obj))
 
     def write_raw(self, line: bytes) -> None:
         """Append one pre-serialized JSON line (without its newline)."""
-        if self._fh is None:
+        fd = self._fd
+        if fd is None:
+            if self.error is not None:
+                self.dropped += 1
+                return
             raise ValueError(f"journal {self.path.name} is closed")
-        self._fh.write(line + b"\n")
+        data = line + b"\n"
+        try:
+            n = os.write(fd, data)
+            while n < len(data):  # a short write (the disk ran out mid-line, a signal):
+                w = os.write(fd, data[n:])  # the rest, or the real error (ENOSPC, EFBIG)
+                if w == 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                n += w
+        except OSError as e:
+            self._fail(e)
+            return
+        self._size += n
         self.lines += 1
+
+    def _fail(self, err: OSError) -> None:
+        """Cut the file back to its last whole line, close it and report once."""
+        fd, self._fd = self._fd, None
+        self.error = err
+        self.dropped += 1
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self._size)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self.on_error is not None:
+            self.on_error(self, err)
 
     def sync(self) -> None:
         """Push the file to disk (at phase boundaries, not per line)."""
-        if self._fh is not None:
-            os.fsync(self._fh.fileno())
+        if self._fd is not None:
+            try:
+                os.fsync(self._fd)
+            except OSError as e:
+                self._fail(e)
 
     def close(self) -> None:
         """Flush to disk and close; idempotent."""
-        if self._fh is not None:
+        if self._fd is not None:
             self.sync()
-            self._fh.close()
-            self._fh = None
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+RESERVE_NAME = ".reserve"
+"""The file that holds space for the final record (see :func:`reserve_space`)."""
+RESERVE_BYTES = 512 * 1024
+"""Space held for the end of the run: record.json (~10–200 KB), summary.csv, the last
+snapshot and events. A soak record is bounded in size; 512 KiB leaves a wide margin."""
+
+
+def reserve_space(run_dir: Path, nbytes: int = RESERVE_BYTES) -> None:
+    """Hold ``nbytes`` of the run directory's file system for the final record.
+
+    When the journals fill the disk, the runner deletes this file and writes its record
+    into the space it freed. Raises ``OSError`` when the space is not there (the run must
+    not start: it could not even say how it ended).
+    """
+    path = run_dir / RESERVE_NAME
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+            block = bytes(1 << 16)  # no fallocate here (some network file systems): zeros
+            for _ in range(0, nbytes, len(block)):
+                if os.write(fd, block) != len(block):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from None
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+
+
+def release_reserve(run_dir: Path) -> bool:
+    """Free the space held by :func:`reserve_space`; True if there was a reserve."""
+    try:
+        (run_dir / RESERVE_NAME).unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def repair_tail(path: Path) -> bytes:
+    """Cut a torn last line (a writer killed mid-line) off a journal; the bytes cut.
+
+    soaktop's own writers never leave one (see :class:`JsonlWriter`); a ``kill -9`` of
+    an older writer or a foreign tool might. Returns ``b""`` when the file ends with a
+    newline (or is empty or missing).
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return b""
+    if size == 0:
+        return b""
+    with path.open("rb+") as fh:
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return b""
+        # Walk back in blocks to the last newline (a torn line is short: one record).
+        end = size
+        keep = 0
+        while end > 0:
+            start = max(0, end - (1 << 16))
+            fh.seek(start)
+            block = fh.read(end - start)
+            i = block.rfind(b"\n")
+            if i >= 0:
+                keep = start + i + 1
+                break
+            end = start
+        fh.seek(keep)
+        torn = fh.read()
+        fh.truncate(keep)
+        return torn
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
@@ -146,6 +288,7 @@ def request_line(r: RequestResult, origin_ns: int, phase: str = "load") -> bytes
             "chunks": r.chunks,
             "finish": r.finish_reason,
             "cancelled": r.cancelled,
+            "stale_retry": r.stale_retry,  # resent after a stale pooled connection
             "itl_us": [g // 1000 for g in r.itl_ns],
         }
     )
