@@ -7,7 +7,10 @@ Process contract: once every replica listens, the ready JSON is written atomical
       "dcgm_url": "http://127.0.0.1:PORT2/metrics", "log": "/abs/replica0.log",
       "model": "tiny-sim"}, ...], "scenario": "healthy"}
 
-SIGTERM or SIGINT stop it cleanly with exit status 0; a bad flag exits 2.
+SIGTERM or SIGINT stop it cleanly with exit status 0; a bad flag exits 2. With
+``--parent-fd FD`` it also stops when its parent ends, however the parent ends
+(:mod:`simengine.lifeline`); with ``--remove-log-dir`` it removes ``--log-dir`` once it
+has stopped serving (the caller copies what it keeps first).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Sequence
@@ -25,6 +29,7 @@ from pydantic import ValidationError
 
 from simengine.config import SimConfig
 from simengine.faults import SCENARIO_NOTES, SCENARIOS, FaultRule
+from simengine.lifeline import check_fd, watch_parent
 from simengine.server import Sim
 
 
@@ -78,14 +83,26 @@ def build_parser() -> argparse.ArgumentParser:
     a("--faults-file", type=Path, help="a JSON file holding a list of fault rules")
     a("--log-dir", type=Path, help="directory for replica<i>.log (default: a temp dir)")
     a("--ready-file", type=Path, help="write the ready JSON here (atomically)")
+    a("--parent-fd", type=int, metavar="FD",
+      help="the read end of a pipe whose write end only the parent holds: stop when it "
+           "reaches end-of-file (the parent ended, even by kill -9)")  # fmt: skip
+    a("--parent-grace", type=float, default=0.0, metavar="S",
+      help="after the parent's pipe closed, serve S seconds more before stopping (what "
+           "the parent started can finish first)")  # fmt: skip
+    a("--remove-log-dir", action="store_true",
+      help="remove --log-dir after serving (the caller owns nothing left in it)")  # fmt: skip
     return p
+
+
+_PROCESS_FLAGS = ("fault", "faults_file", "parent_fd", "parent_grace", "remove_log_dir")
+"""Flags about this process rather than the simulated deployment (not SimConfig fields)."""
 
 
 def config_from_args(ns: argparse.Namespace) -> SimConfig:
     """A validated config from parsed flags (raises ValueError with the reason)."""
     values: dict[str, object] = {}
     for key, value in vars(ns).items():
-        if value is not None and key not in ("fault", "faults_file"):
+        if value is not None and key not in _PROCESS_FLAGS:
             values[key] = value
     rules: list[FaultRule] = []
     if ns.faults_file is not None:
@@ -105,12 +122,15 @@ def write_ready(path: Path, payload: bytes) -> None:
     os.replace(tmp, path)
 
 
-async def serve(cfg: SimConfig) -> None:
-    """Run until SIGTERM/SIGINT, announcing readiness on stdout and the ready file."""
+async def serve(cfg: SimConfig, parent_fd: int | None = None, parent_grace_s: float = 0.0) -> None:
+    """Run until SIGTERM/SIGINT (or ``parent_grace_s`` after the parent's pipe
+    ``parent_fd`` closed), announcing readiness on stdout and the ready file."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if parent_fd is not None:
+        watch_parent(loop, parent_fd, lambda: loop.call_later(parent_grace_s, stop.set))
     sim = Sim(cfg)
     await sim.start()
     try:
@@ -133,9 +153,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValidationError, ValueError, OSError) as e:
         print(f"simengine: {e}", file=sys.stderr)
         return 2
+    if ns.parent_fd is not None and (problem := check_fd(ns.parent_fd)):
+        print(f"simengine: {problem}", file=sys.stderr)
+        return 2
+    if not 0 <= ns.parent_grace <= 60:  # also refuses nan
+        print(f"simengine: --parent-grace {ns.parent_grace}: allowed 0 to 60 s", file=sys.stderr)
+        return 2
     try:
-        asyncio.run(serve(cfg))
+        asyncio.run(serve(cfg, ns.parent_fd, ns.parent_grace))
     except OSError as e:
         print(f"simengine: cannot listen: {e}", file=sys.stderr)
         return 2
+    if ns.remove_log_dir and cfg.log_dir is not None:
+        shutil.rmtree(cfg.log_dir, ignore_errors=True)
     return 0

@@ -17,13 +17,14 @@ if TYPE_CHECKING:
 
 
 def when(t_s: float, load_start_s: float | None) -> str:
-    """``load+00:17:02`` (or ``load-00:00:04`` before the release); without a load, the
-    time since the run began: ``at 16.3 s``."""
+    """``load+00:17:02`` (or ``load-00:00:04``, 4 s before the release); without a load,
+    the time since the run began: ``at 16.3 s``. Within half a second of the release it is
+    ``load+00:00:00``, never a ``load-00:00:00`` that reads as "before"."""
     if load_start_s is None:
         return f"at {t_s:.1f} s"
     rel = t_s - load_start_s
-    sign = "+" if rel >= 0 else "-"
     s = round(abs(rel))
+    sign = "-" if rel < 0 and s > 0 else "+"
     return f"at load{sign}{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 

@@ -5,15 +5,25 @@ probes included) and the after-load gates — the server's request, prompt-token
 generation-token counters must grow by exactly what the client received — when every
 request completed. A difference is reported with both numbers; failed or
 cancelled requests make an exact match impossible (the server counted work the client
-never got to see), and the report says so rather than hiding it.
+never got to see), and the report says so rather than hiding it. A server that restarted
+inside a window (``soak.engine_watch`` saw its counters go down) lost its counts from
+before the restart: that window's counters are ``unavailable``, with the restart's time,
+never a "mismatch" (and a gap where the server counted *less* than the client received
+is never blamed on failed requests, which can only make it count more).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from probes.engine_metrics import EngineSample
+from soak.faults import when
 from soak.record import LoadSummary, Reason
+
+Restarts = Sequence[Sequence[dict[str, Any]]]
+"""Per endpoint, the restarts seen (``EngineWatch.restarts``: ``{"t": seconds since the
+origin, "counters": [...]}``)."""
 
 _COUNTERS = {
     "requests": "requests_finished_total",
@@ -34,10 +44,13 @@ def reconcile_window(
     client: dict[str, int],
     window: str,
     unfinished: int = 0,
+    restarts: Restarts | None = None,
+    load_start_s: float | None = None,
 ) -> dict[str, Any]:
     """One window's reconciliation: ``client`` holds requests, prompt_tokens and
     generation_tokens the client received complete; ``unfinished`` counts requests that
-    failed or were cut (the server may have counted work the client never saw).
+    failed or were cut (the server may have counted work the client never saw);
+    ``restarts`` per endpoint, with ``load_start_s`` to say their times in words.
 
     Each counter gets ``{status, client, server, difference}`` with status ``matched``,
     ``mismatched`` (difference = server - client) or ``unavailable`` (with ``why``). The
@@ -53,7 +66,31 @@ def reconcile_window(
         return unavailable("no counter snapshots were taken")
     broken = [i for i, (b, a) in enumerate(zip(before, after, strict=True)) if b.error or a.error]
     if broken:
-        return unavailable(f"/metrics failed on endpoint(s) {broken}")
+        # what failed, by kind only ("HTTP 404", "timed out after 2 s", "ConnectError"):
+        # an exception's own words may name hosts and ports
+        errors = {
+            f"endpoint {i} {edge}": s.error.split(":", 1)[0][:80]
+            for i in broken
+            for edge, s in (("start", before[i]), ("end", after[i]))
+            if s.error
+        }
+        return unavailable(f"/metrics failed on endpoint(s) {broken}") | {"errors": errors}
+    inside = [
+        (i, float(r["t"]))
+        for i, (b, a) in enumerate(zip(before, after, strict=True))
+        for r in (restarts[i] if restarts is not None and i < len(restarts) else [])
+        if b.t < float(r["t"]) <= a.t
+    ]
+    if inside:
+        # The counts from before the restart are gone, whether or not they grew back past
+        # the window's first sample by its end: nothing here can be compared.
+        words = ", ".join(dict.fromkeys(f"endpoint {i} {when(t, load_start_s)}" for i, t in inside))
+        out = unavailable(f"the server restarted in the window ({words}): its counters began again")
+        out["counter_resets"] = [
+            {"endpoint": i, "t_s": round(t, 3), "at": when(t, load_start_s)} for i, t in inside
+        ]
+        out["unfinished"] = unfinished
+        return out
     out = dict(base)
     resets: list[str] = []
     for name, key in _COUNTERS.items():
@@ -66,7 +103,10 @@ def reconcile_window(
             d, reset = _delta(vb, va)
             if reset:
                 resets.append(f"{key} on endpoint {i}")
-                why = f"{key} went down on endpoint {i}: the server restarted in the window"
+                why = (
+                    f"{key} went down on endpoint {i} between {when(b.t, load_start_s)[3:]} "
+                    f"and {when(a.t, load_start_s)[3:]}: the server restarted in the window"
+                )
             if name == "requests":  # only requests that finished normally on the server
                 for reason in _NOT_COMPLETED:
                     fb = b.finished_by_reason.get(reason, 0.0)
@@ -83,7 +123,18 @@ def reconcile_window(
     )
     if resets:
         out["counter_resets"] = resets
-    if "mismatched" in states and unfinished:
+    short = [
+        n.replace("_", " ")
+        for n in _COUNTERS
+        if out[n]["status"] == "mismatched" and out[n]["difference"] < 0
+    ]
+    if short:
+        # Failed or cut requests only ever make the server count more than the client got.
+        out["note"] = (
+            f"the server counted less than the client received ({', '.join(short)}): its "
+            "counters missed work (a restart between two scrapes, or counters published late)"
+        )
+    elif "mismatched" in states and unfinished:
         out["note"] = (
             f"{unfinished} failed or cut requests: the server counted work the client did "
             "not receive"
@@ -123,6 +174,8 @@ def reconcile(
     after: list[EngineSample] | None,
     load: LoadSummary,
     canary: dict[str, int] | None = None,
+    restarts: Restarts | None = None,
+    load_start_s: float | None = None,
 ) -> dict[str, Any]:
     """The load window (barrier release → end of drain); canary probes ran inside it, so
     their requests and tokens count on the client side too."""
@@ -137,14 +190,20 @@ def reconcile(
         client["prompt_tokens"] += canary["prompt_tokens"]
         client["generation_tokens"] += canary["completion_tokens"]
         unfinished += canary["requests"] - canary["completed"]
-    out = reconcile_window(before, after, client, "barrier release → end of drain", unfinished)
+    out = reconcile_window(
+        before, after, client, "barrier release → end of drain", unfinished, restarts, load_start_s
+    )
     if canary:
         out["includes_canary_requests"] = canary["requests"]
     return out
 
 
 def reconcile_gates(
-    before: list[EngineSample] | None, after: list[EngineSample] | None, acc: dict[str, int]
+    before: list[EngineSample] | None,
+    after: list[EngineSample] | None,
+    acc: dict[str, int],
+    restarts: Restarts | None = None,
+    load_start_s: float | None = None,
 ) -> dict[str, Any]:
     """One gate phase: the probes' own requests and tokens against the counters."""
     client = {
@@ -152,8 +211,9 @@ def reconcile_gates(
         "prompt_tokens": acc["prompt_tokens"],
         "generation_tokens": acc["completion_tokens"],
     }
+    unfinished = acc["requests"] - acc["completed"]
     return reconcile_window(
-        before, after, client, "gate phase start → end", acc["requests"] - acc["completed"]
+        before, after, client, "gate phase start → end", unfinished, restarts, load_start_s
     )
 
 
@@ -184,14 +244,19 @@ def reconcile_reasons(reconciliation: dict[str, Any], strict: bool) -> list[Reas
             for w, name, item in mismatches({window: res})
             if w == window
         ]
-        explained = bool(res.get("unfinished"))
+        # Failed or cut requests explain a server that counted more, never one that
+        # counted less than the client received.
+        counted_less = any(
+            item["difference"] < 0 for w, _, item in mismatches({window: res}) if w == window
+        )
+        explained = bool(res.get("unfinished")) and not counted_less
         out.append(
             Reason(
                 code="reconcile_mismatch",
                 effect="invalid" if strict and not explained else "note",
                 message=f"{_WINDOW_WORDS[window]}: the server's counters disagree with what "
                 f"the client received ({'; '.join(gaps)})"
-                + (f"; {res['note']}" if explained and res.get("note") else ""),
+                + (f"; {res['note']}" if res.get("note") else ""),
             )
         )
     return out

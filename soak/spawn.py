@@ -1,7 +1,10 @@
 """Start the runner as its own process and talk to it (handshake, signals, exit).
 
 The runner gets its own session (``start_new_session``), so a dropped SSH link or a
-Ctrl-C in the terminal never reaches it directly: the CLI decides what to forward.
+Ctrl-C in the terminal never reaches it directly: the CLI decides what to forward. A
+``soaktop run`` runner outlives its CLI on purpose (a soak survives the operator's SSH
+link); a demo's runner is tied to the demo (:func:`runners_end_with_this_process`),
+because the demo's engine ends with the demo.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,18 +56,52 @@ class RunnerHandle:
         return self.proc.poll()
 
 
+_tied_to: list[int] = []
+"""Read ends of lifeline pipes (``soak.demo.Lifeline``) that runners started now get."""
+_tied_runners: list[subprocess.Popen[bytes]] = []
+"""Runners started with a lifeline (so the lifeline's owner can wait for their records)."""
+
+
+@contextlib.contextmanager
+def runners_end_with_this_process(lifeline_fd: int) -> Iterator[None]:
+    """Runners started inside the block abort when this process ends, however it ends
+    (``kill -9`` included): they get ``lifeline_fd``, the read end of a pipe whose write
+    end only this process holds, and stop at its end-of-file (``--lifeline-fd``)."""
+    _tied_to.append(lifeline_fd)
+    try:
+        yield
+    finally:
+        _tied_to.remove(lifeline_fd)
+
+
+def wait_for_tied_runners(timeout_s: float) -> None:
+    """Wait (at most ``timeout_s``) for the tied runners still running: once their
+    lifeline is closed they abort and write their records."""
+    deadline = time.monotonic() + timeout_s
+    for proc in _tied_runners:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.0, deadline - time.monotonic()))
+    _tied_runners[:] = [p for p in _tied_runners if p.poll() is None]
+
+
 def start_runner(config: RunConfig) -> RunnerHandle:
     """Start ``python -m soak.runner`` with the config on stdin; wait for its handshake.
 
     The runner's stderr stays on ours until the handshake, so early errors (a bad prompt
     file) reach the operator; after it, the runner writes only to ``runner.log``.
     """
+    cmd = [sys.executable, "-m", "soak.runner"]
+    if _tied_to:
+        cmd += ["--lifeline-fd", str(_tied_to[-1])]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "soak.runner"],
+        cmd,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         start_new_session=True,
+        pass_fds=tuple(_tied_to[-1:]),
     )
+    if _tied_to:
+        _tied_runners.append(proc)
     assert proc.stdin is not None and proc.stdout is not None
     try:
         proc.stdin.write(config.model_dump_json().encode())
@@ -119,3 +158,38 @@ class AttachedRunner:
             return int(data.get("exit_code", 1))
         except (FileNotFoundError, orjson.JSONDecodeError):
             return -1
+
+
+LIFELINE_GONE = "the soaktop demo that started this run ended (its simulated engine with it)"
+"""The runner's stop reason when its lifeline pipe reaches end-of-file."""
+
+
+def lifeline_arg(argv: list[str]) -> int | None:
+    """The runner's ``--lifeline-fd FD`` (None without it)."""
+    if len(argv) >= 2 and argv[0] == "--lifeline-fd":
+        return int(argv[1])
+    return None
+
+
+def watch_lifeline(fd: int, on_gone: Callable[[], None]) -> None:
+    """In the runner, on the running loop: call ``on_gone`` once when the lifeline pipe
+    ``fd`` reaches end-of-file (the process that started the runner ended, however it
+    ended; nothing is ever written to the pipe)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+
+    def readable() -> None:
+        try:
+            if os.read(fd, 4096):
+                return  # nothing is ever written; if something is, it is not the end
+        except BlockingIOError:
+            return
+        except OSError:
+            pass  # a broken pipe is as gone as a closed one
+        with contextlib.suppress(ValueError, OSError):
+            loop.remove_reader(fd)
+        on_gone()
+
+    loop.add_reader(fd, readable)

@@ -118,3 +118,60 @@ def test_an_engine_without_a_counter_leaves_that_counter_unavailable_only():
     assert rec["requests"]["status"] == "unavailable" and "exports no" in rec["requests"]["why"]
     assert rec["generation_tokens"]["status"] == "matched"
     assert rec["matched"] is None
+
+
+def _at(s: EngineSample, t: float) -> EngineSample:
+    import dataclasses
+
+    return dataclasses.replace(s, t=t)
+
+
+def test_a_restart_inside_the_window_makes_it_unavailable_with_the_restarts_time():
+    """The server restarted early in the load and its counters grew back past the window's
+    first sample: the deltas look like a (negative) mismatch, but they are not comparable."""
+    before = [_at(sample(100, 5000, 6000), 10.0), _at(sample(0, 0, 0), 10.0)]
+    after = [_at(sample(104, 5200, 6256), 40.0), _at(sample(3, 300, 384), 40.0)]
+    restarts = [[{"t": 12.4, "counters": ["generation_tokens_total"]}], []]
+    rec = reconcile(before, after, load(), restarts=restarts, load_start_s=10.0)
+    assert rec["matched"] is None and "note" not in rec
+    why = (
+        "the server restarted in the window (endpoint 0 at load+00:00:02): its counters began again"
+    )
+    assert rec["unavailable"] == why
+    for counter in ("requests", "prompt_tokens", "generation_tokens"):
+        assert rec[counter]["status"] == "unavailable" and rec[counter]["why"] == why
+    assert rec["counter_resets"] == [{"endpoint": 0, "t_s": 12.4, "at": "at load+00:00:02"}]
+    assert reconcile_reasons(overall({"load": rec}), strict=True) == []
+    # the same counters without the restart: a mismatch, as before
+    assert reconcile(before, after, load(), restarts=[[], []])["matched"] is False
+
+
+def test_a_restart_outside_the_window_leaves_it_alone():
+    before, after = [_at(sample(0, 0, 0), 10.0)], [_at(sample(10, 500, 640), 40.0)]
+    for t in (5.0, 10.0, 41.0):  # before, at the first sample (seen by it), after
+        rec = reconcile(before, after, load(), restarts=[[{"t": t}]], load_start_s=10.0)
+        assert rec["matched"] is True, t
+
+
+def test_a_server_that_counted_less_is_never_explained_by_failed_requests():
+    """Failed or cut requests only make the server count more than the client received;
+    a server that counted less missed work, and the note says so."""
+    rec = reconcile([sample(0, 0, 0)], [sample(9, 450, 600)], load(failed=2, issued=12))
+    assert rec["matched"] is False and rec["generation_tokens"]["difference"] == -40
+    assert rec["note"].startswith("the server counted less than the client received")
+    assert "failed or cut requests: the server counted work" not in rec["note"]
+    (reason,) = reconcile_reasons({"load": rec}, strict=True)
+    assert reason.effect == "invalid"  # unexplained, even with failures in the run
+    assert "the server counted less than the client received" in reason.message
+    (note,) = reconcile_reasons({"load": rec}, strict=False)
+    assert note.effect == "note"
+
+
+def test_a_reset_seen_in_the_windows_own_samples_says_when():
+    before, after = [_at(sample(500, 9000, 9000), 10.0)], [_at(sample(10, 500, 640), 40.0)]
+    rec = reconcile(before, after, load(), load_start_s=10.0)
+    why = rec["generation_tokens"]["why"]
+    assert why == (
+        "generation_tokens_total went down on endpoint 0 between load+00:00:00 and "
+        "load+00:00:30: the server restarted in the window"
+    )
