@@ -11,11 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from soak.decide import DEFAULT_MIN_WINS, Decision, NotComparable, decide
 from soak.decide_render import render
-from soak.record import EXIT_USAGE, RunRecord, load_record, write_atomic
+from soak.record import EXIT_USAGE, RunRecord, write_atomic
+from soak.safe_text import safe_json, safe_text
 
 
 def parse_gain(text: str) -> float:
@@ -100,17 +99,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(role: str, run_dir: Path) -> RunRecord | str:
-    path = run_dir / "record.json"
-    if not path.is_file():
+    from soak.run_dir import RunDirError, load_run_record
+
+    if run_dir.is_dir() and not (run_dir / "record.json").exists():
         return (
             f"the {role} run {run_dir} has no record.json (still running? soaktop attach; "
             "a runner that died? soaktop recover)"
         )
     try:
-        return load_record(run_dir)
-    except (ValidationError, ValueError, OSError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return f"the {role} run {run_dir}: record.json cannot be read ({first})"
+        return load_run_record(run_dir)
+    except RunDirError as e:  # what is damaged, the same words as view, verify, recover
+        return f"the {role} run: {e}"
 
 
 def cmd_decide(ns: argparse.Namespace) -> int:
@@ -120,7 +119,7 @@ def cmd_decide(ns: argparse.Namespace) -> int:
     errors = [v for v in loaded.values() if isinstance(v, str)]
     if errors:
         for e in errors:
-            print(f"soaktop decide: {e}", file=sys.stderr)
+            print(f"soaktop decide: {safe_text(e)}", file=sys.stderr)
         return EXIT_USAGE
     recs = {role: v for role, v in loaded.items() if isinstance(v, RunRecord)}
     try:
@@ -136,10 +135,10 @@ def cmd_decide(ns: argparse.Namespace) -> int:
     except NotComparable as e:
         print("soaktop decide: these runs cannot be compared:", file=sys.stderr)
         for problem in e.problems:
-            print(f"  - {problem}", file=sys.stderr)
+            print(f"  - {safe_text(problem)}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as e:
-        print(f"soaktop decide: {e}", file=sys.stderr)
+        print(f"soaktop decide: {safe_text(e)}", file=sys.stderr)
         return EXIT_USAGE
     if ns.markdown is not None:
         try:
@@ -149,9 +148,13 @@ def cmd_decide(ns: argparse.Namespace) -> int:
             return EXIT_USAGE
     html = getattr(ns, "html", None)
     if html is not None and (html_error := _write_html(d, html)) is not None:
-        print(f"soaktop decide: {html_error}", file=sys.stderr)
+        print(f"soaktop decide: {safe_text(html_error)}", file=sys.stderr)
         return EXIT_USAGE
-    print(d.model_dump_json(indent=2) if ns.json else render(d), end="" if not ns.json else "\n")
+    # render() made its text display-safe; the JSON keeps every string, \u-escaped.
+    print(
+        safe_json(d.model_dump_json(indent=2)) if ns.json else render(d),
+        end="" if not ns.json else "\n",
+    )
     if ns.markdown is not None and not ns.json:
         print(f"markdown report: {ns.markdown}")
     if html is not None:

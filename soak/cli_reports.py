@@ -17,6 +17,7 @@ from pathlib import Path
 import orjson
 
 from soak.record import EXIT_USAGE
+from soak.safe_text import safe_json, safe_text
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +61,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _usage(cmd: str, message: str) -> int:
-    print(f"soaktop {cmd}: {message}", file=sys.stderr)
+    print(f"soaktop {cmd}: {safe_text(message)}", file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -74,11 +75,19 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         render_markdown,
         render_text,
     )
+    from soak.run_dir import RunDirError, check_run_dir, unreadable_record
 
     try:
+        for p in ns.runs:
+            check_run_dir(p)
         views = [read_run(p) for p in ns.runs]
-    except NotARunDir as e:
+    except (NotARunDir, RunDirError) as e:
         return _usage("compare", str(e))
+    damaged = [why for v in views if (why := unreadable_record(v.path)) is not None]
+    if damaged:  # a column of nothing would read as a run that measured nothing
+        for why in damaged[1:]:
+            print(f"soaktop compare: {safe_text(why)}", file=sys.stderr)
+        return _usage("compare", damaged[0])
     table = compare(views)
     html = getattr(ns, "html", None)
     if html is not None:
@@ -93,11 +102,11 @@ def cmd_compare(ns: argparse.Namespace) -> int:
             return _usage("compare", f"cannot write {html}: {e.strerror or e}")
         print(f"soaktop compare: wrote {html}", file=sys.stderr)
     md = render_markdown(table) if ns.markdown is not None else None
-    if md is not None and str(ns.markdown) == "-":
+    if md is not None and str(ns.markdown) == "-":  # render_markdown made its cells safe
         print(md, end="")
         return 0
     if ns.json:
-        print(orjson.dumps(comparison_json(table), option=orjson.OPT_INDENT_2).decode())
+        print(safe_json(orjson.dumps(comparison_json(table), option=orjson.OPT_INDENT_2).decode()))
     else:
         print(render_text(table), end="")
     if md is not None:
@@ -111,15 +120,31 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
 def cmd_runs(ns: argparse.Namespace) -> int:
     """``soaktop runs [DIR]``."""
-    from soak.compare import is_run_dir, list_runs, read_run, render_runs, run_line
+    from soak.compare import RunView, is_run_dir, list_runs, read_run, render_runs, run_line
+    from soak.run_dir import unreadable_record
 
+    if not ns.dir.exists():
+        return _usage("runs", f"{ns.dir} is not a directory (it does not exist)")
     if not ns.dir.is_dir():
         return _usage("runs", f"{ns.dir} is not a directory")
     # Given one run directory rather than the folder of runs: show that run.
     views = [read_run(ns.dir)] if is_run_dir(ns.dir) else list_runs(ns.dir)
+    # A damaged record is listed as such (its reason: what is damaged), never read on.
+    views = [
+        RunView(
+            v.path,
+            v.path.name,
+            "unreadable",
+            problems=[why.removeprefix(f"{v.path}/")],  # the row names the run already
+            started=v.started,
+        )
+        if (why := unreadable_record(v.path)) is not None
+        else v
+        for v in views
+    ]
     if ns.json:
         for v in views:
-            print(orjson.dumps(run_line(v)).decode())
+            print(safe_json(orjson.dumps(run_line(v)).decode()))
         return 0
     if not views:
         print(f"no run directories in {ns.dir}")
@@ -138,7 +163,14 @@ def cmd_report(ns: argparse.Namespace) -> int:
     """``soaktop report RUN [--html FILE]``."""
     from soak.compare import NotARunDir
     from soak.report import ReportError, write_report
+    from soak.run_dir import RunDirError, check_run_dir, unreadable_record
 
+    try:
+        check_run_dir(ns.run_dir)
+    except RunDirError as e:
+        return _usage("report", str(e))
+    if (why := unreadable_record(ns.run_dir)) is not None:
+        return _usage("report", why)
     try:
         path = write_report(ns.run_dir, ns.html)
     except NotARunDir as e:

@@ -23,6 +23,7 @@ import orjson
 from pydantic import ValidationError
 
 from soak.record import RunRecord
+from soak.safe_text import safe_line
 
 RUN_FILES = ("record.json", "config.json", "runner.pid")
 """A directory holding any of these is a soaktop run directory."""
@@ -380,25 +381,26 @@ def render_markdown(cmp: Comparison) -> str:
     """The table as Markdown, exactly the seed's shape (``| Measurement | run | run |``)."""
 
     def cell(s: str) -> str:
-        return s.replace("|", "\\|").replace("\n", " ")
+        return safe_line(s).replace("|", "\\|")
 
     header = ["Measurement", *(v.run_id for v in cmp.runs)]
     lines = ["| " + " | ".join(cell(h) for h in header) + " |"]
     lines.append("|" + "---|" * len(header))
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in cmp.rows]
     notes = comparison_notes(cmp)
-    lines += ["", *(f"- {n}" for n in notes)] if notes else []
+    lines += ["", *(f"- {safe_line(n)}" for n in notes)] if notes else []
     return "\n".join(lines) + "\n"
 
 
 def render_text(cmp: Comparison) -> str:
     """The table as aligned plain text, one column per run."""
     header = ["Measurement", *(v.run_id for v in cmp.runs)]
-    table = [header, *cmp.rows]
+    # Cells quote records (run ids, reasons): escapes shown, before the widths are taken.
+    table = [[safe_line(c) for c in r] for r in (header, *cmp.rows)]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines + [f"note: {n}" for n in comparison_notes(cmp)]) + "\n"
+    return "\n".join(lines + [f"note: {safe_line(n)}" for n in comparison_notes(cmp)]) + "\n"
 
 
 # --- runs ------------------------------------------------------------------------------
@@ -441,6 +443,7 @@ def render_runs(views: list[RunView], width: int = 160) -> str:
                 str(ln["first_reason"] or ""),
             ]
         )
+        rows[-1] = [safe_line(c) for c in rows[-1]]  # the record's words: escapes shown
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = []
     for row in rows:

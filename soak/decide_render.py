@@ -1,6 +1,8 @@
 """The text and markdown of a ``soaktop decide`` result: the seed-004 tables.
 
 Kept apart from the rule (``soak.decide``): this module only lays out a ``Decision``.
+Run ids, model names, labels and reasons come from records (and so from servers): every
+cell and line is made display-safe (:mod:`soak.safe_text`) before it is laid out.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from soak.decide import (
     Decision,
     fmt_gain,
 )
+from soak.safe_text import safe_line
 
 
 def _table(headers: Sequence[str], rows: list[list[str]], markdown: bool) -> list[str]:
+    rows = [[safe_line(v) for v in r] for r in rows]  # escaped before the widths are taken
     if markdown:
+        rows = [[v.replace("|", "\\|") for v in r] for r in rows]
         return [
             "| " + " | ".join(headers) + " |",
             "|" + "|".join("---" for _ in headers) + "|",
@@ -154,7 +159,7 @@ def render(d: Decision, markdown: bool = False) -> str:
         lines.append("")
     rows = engine_rows(d)
     lines += _table(["Fact", *arm_heads], rows, markdown)
-    return "\n".join(lines) + "\n"
+    return "\n".join(safe_line(ln) for ln in lines) + "\n"
 
 
 def engine_rows(d: Decision) -> list[list[str]]:

@@ -20,6 +20,7 @@ from soak.report.palette import (
     SEVERITY_COLOURS,
 )
 from soak.report.series import RunSeries, Series
+from soak.safe_text import safe_text
 
 # (chart id, title, y-axis title, why a missing chart is missing)
 CHARTS: tuple[tuple[str, str, str, str], ...] = (
@@ -44,8 +45,9 @@ _RIGHT_AXIS = {"requests/s"}
 
 
 def esc(text: Any) -> str:
-    """Text for plotly labels: HTML-escaped, so markup in a log line shows as text."""
-    return html.escape(str(text), quote=True)
+    """Text for plotly labels: HTML-escaped, so markup in a log line shows as text, and
+    control characters shown as escapes (:func:`~soak.safe_text.safe_text`)."""
+    return html.escape(safe_text(str(text)), quote=True)
 
 
 def _round(v: float | None) -> float | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from soak.faults import faults_from_events, when
 from soak.journal import read_jsonl
+from soak.safe_text import safe_text
 
 
 def esc(v: Any) -> str:
@@ -27,8 +28,10 @@ def esc(v: Any) -> str:
     if isinstance(v, dict | list):
         import json
 
-        return html.escape(json.dumps(v, ensure_ascii=False, default=str))
-    return html.escape(str(v), quote=True)
+        return html.escape(safe_text(json.dumps(v, ensure_ascii=False, default=str)))
+    # safe_text: a terminal escape or a bidi override in a server's words is shown as
+    # ``\x1b`` / ``\u202e`` (visible in the page, inert when the file is cat-ed).
+    return html.escape(safe_text(str(v)), quote=True)
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
