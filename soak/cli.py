@@ -12,6 +12,7 @@ The headless core never imports the Textual monitor: the ``soaktop`` console scr
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from collections.abc import Sequence
@@ -19,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from soak import __version__
-from soak.config import ConfigError, RunConfig, load_config
-from soak.record import EXIT_USAGE
+from soak.config import ConfigError, RunConfig, allowed, load_config
+from soak.record import EXIT_STORAGE, EXIT_USAGE
 
 if TYPE_CHECKING:
     from soak.spawn import RunnerHandle
@@ -103,6 +104,7 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     },
     "--server-pid": {"type": int, "action": "append", "dest": "server_pid", "metavar": "PID"},
     "--telemetry-interval": {"type": float, "dest": "telemetry_interval_s", "metavar": "S"},
+    "--require-telemetry": {"dest": "require_telemetry", "metavar": "KIND,..."},
     "--max-client-cpu": {"type": float, "dest": "max_client_cpu_percent", "metavar": "PCT"},
     "--max-loop-lag": {"type": float, "dest": "max_loop_lag_s", "metavar": "S"},
 }
@@ -113,7 +115,41 @@ def _int_list(text: str, what: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of {what}") from None
+        raise argparse.ArgumentTypeError(f"{_short(text)} is not a list of {what}") from None
+
+
+def _short(text: str) -> str:
+    """The operator's text, quoted and bounded (a 10,000-digit number is not echoed)."""
+    return repr(text) if len(text) <= 80 else f"{text[:60]!r}… ({len(text)} characters)"
+
+
+def _number(kind: type[int] | type[float], what: str) -> Any:
+    """An argparse ``type`` that says what is allowed when the text is not a number (the
+    range itself is the config's check, which names the field and the bounds)."""
+    noun = "a whole number" if kind is int else "a number"
+
+    def parse(text: str) -> int | float:
+        try:
+            return kind(text)
+        except ValueError:  # also Python's 4,300-digit limit on int()
+            raise argparse.ArgumentTypeError(
+                f"{_short(text)} is not {noun} (allowed: {what})"
+            ) from None
+
+    return parse
+
+
+def _bounded(kind: type[int] | type[float], lo: float, hi: float, what: str) -> Any:
+    """An argparse ``type`` for a flag that is not a config field (display, demo)."""
+    parse = _number(kind, what)
+
+    def check(text: str) -> int | float:
+        v = parse(text)
+        if not (math.isfinite(v) and lo <= v <= hi):
+            raise argparse.ArgumentTypeError(f"{_short(text)} is out of range (allowed: {what})")
+        return v
+
+    return check
 
 
 # Display flags: the monitor's, never part of the run's configuration.
@@ -128,17 +164,21 @@ _DISPLAY_FLAGS: dict[str, dict[str, Any]] = {
         "help": "no Unicode box, bar or chart glyphs (default: auto from the locale)",
     },
     "--refresh": {
-        "type": float,
+        "type": _bounded(float, 0.1, 60, "a number of seconds from 0.1 to 60"),
         "dest": "refresh_s",
         "metavar": "S",
-        "help": "monitor refresh interval (raise it on slow links; default 0.5)",
+        "help": "monitor refresh interval, 0.1 to 60 s (raise it on slow links; default 0.5)",
     },
 }
 
 
 def _field_help(dest: str) -> str | None:
     f = RunConfig.model_fields.get(dest)
-    return f.description if f else None
+    if f is None:
+        return None
+    if f.annotation is bool:
+        return f.description
+    return f"{f.description} Allowed: {allowed(dest)}."
 
 
 _FLAG_HELP = {
@@ -149,8 +189,27 @@ _FLAG_HELP = {
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     for flag, kw in _COMMON_FLAGS.items():
+        if kw.get("type") in (int, float):
+            kw = kw | {"type": _number(kw["type"], allowed(kw["dest"]))}
         p.add_argument(flag, default=None, help=_FLAG_HELP.get(flag, _field_help(kw["dest"])), **kw)
     _add_display(p)
+
+
+_RUN_FLAGS = {
+    "endpoints": "--endpoint",
+    "model": "--model",
+    "api": "--api",
+    "engine": "--engine",
+    "api_key_env": "--api-key-env",
+}
+
+
+def cli_flags() -> dict[str, str]:
+    """Config field → the flag that sets it, so a configuration error names the flag."""
+    out = dict(_RUN_FLAGS)
+    for flag, kw in _COMMON_FLAGS.items():
+        out.setdefault(kw["dest"], flag)
+    return out
 
 
 def _add_display(p: argparse.ArgumentParser) -> None:
@@ -195,8 +254,18 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(_scenarios()),
         help="fault scenario of the simulated engine",
     )
-    demo.add_argument("--replicas", type=int, default=2)
-    demo.add_argument("--gpus-per-replica", type=int, default=4)
+    demo.add_argument(
+        "--replicas",
+        type=_bounded(int, 1, 64, "a whole number from 1 to 64"),
+        default=2,
+        help="replicas of the simulated engine, 1 to 64 (default 2)",
+    )
+    demo.add_argument(
+        "--gpus-per-replica",
+        type=_bounded(int, 1, 16, "a whole number from 1 to 16"),
+        default=4,
+        help="simulated GPUs per replica, 1 to 16 (default 4)",
+    )
     _add_common(demo)
 
     # Listed for --help only: main() hands `sim ...` to the simulated engine's own parser.
@@ -274,6 +343,8 @@ def launch(
     try:
         handle = start_runner(cfg)
     except RunnerStartError as e:
+        if e.returncode == EXIT_STORAGE:  # the runner said why (no space for a run there)
+            return EXIT_STORAGE, None
         if e.returncode != EXIT_USAGE:
             print(f"soaktop: the runner failed to start ({e}); nothing was run", file=sys.stderr)
         return EXIT_USAGE, None
@@ -291,7 +362,7 @@ def launch(
 def cmd_run(ns: argparse.Namespace) -> int:
     """``soaktop run``."""
     try:
-        cfg = load_config(_cli_values(ns), toml_path=ns.config)
+        cfg = load_config(_cli_values(ns), toml_path=ns.config, cli_flags=cli_flags())
     except ConfigError as e:
         print(f"soaktop: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
@@ -306,6 +377,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         keep_server_logs,
         simulated_engine,
     )
+    from soak.journal import storage_words
 
     values = _cli_values(ns)
     base = {
@@ -319,7 +391,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         "nvml": False,  # its GPUs are simulated; this host's real ones would only confuse
     }
     try:  # validate before starting anything: a bad value never leaves a process behind
-        load_config(values, base=base)
+        load_config(values, base=base, cli_flags=cli_flags())
     except ConfigError as e:
         print(f"soaktop: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
@@ -346,37 +418,55 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             )
             # The engine dies with this process, so a hang-up stops the run (no detach).
             rc, run_dir = launch(cfg, detach_on_hup=False, ui=_frontend(ns, cfg.headless))
-            if run_dir is not None:
-                keep_server_logs(sim, run_dir)
-            cleanup(sim)
+            try:
+                if run_dir is not None:
+                    keep_server_logs(sim, run_dir, cfg)
+            except OSError as e:  # a full disk must not cost the demo its clean exit
+                print(
+                    f"soaktop: the simulated engine's logs were not copied into {run_dir}: "
+                    f"{storage_words(e)}",
+                    file=sys.stderr,
+                )
+            finally:
+                cleanup(sim)
             return rc
     except SimStartError as e:
         print(f"soaktop: {e}", file=sys.stderr)
         return 1
 
 
-def _run_dir_problem(run_dir: Path) -> str | None:
-    if not (run_dir / "config.json").is_file():
-        return f"{run_dir} is not a soaktop run directory (no config.json)"
-    return None
+def _readable_run(cmd: str, run_dir: Path) -> str | None:
+    """Why ``soaktop CMD`` cannot show ``run_dir`` (None: it can): not a run directory,
+    or a record.json that is damaged (a run without a record yet is shown)."""
+    from soak.run_dir import RunDirError, record_problem
+
+    try:
+        why = record_problem(run_dir)
+    except RunDirError as e:
+        why = str(e)
+    if why is not None:
+        from soak.safe_text import safe_text  # a damaged record's values are quoted
+
+        print(f"soaktop {cmd}: {safe_text(why)}", file=sys.stderr)
+    return why
 
 
 def cmd_attach(ns: argparse.Namespace) -> int:
     """``soaktop attach RUN_DIR``: the monitor of a run that goes on (status lines without
     a terminal); Ctrl-C or a hang-up only detaches."""
     from soak.headless import final_report, follow
-    from soak.record import load_record
+    from soak.run_dir import load_run_record
     from soak.spawn import AttachedRunner
 
-    if (why := _run_dir_problem(ns.run_dir)) is not None:
-        print(f"soaktop attach: {why}", file=sys.stderr)
+    # Checked before the monitor opens: a damaged directory is a sentence, not a screen.
+    if _readable_run("attach", ns.run_dir) is not None:
         return EXIT_USAGE
     if (ui := _frontend(ns)) is not None:
         return ui.attach(ns.run_dir)
     handle = AttachedRunner(ns.run_dir)
     if not handle.alive():
         if (ns.run_dir / "record.json").exists():
-            rec = load_record(ns.run_dir)
+            rec = load_run_record(ns.run_dir)
             print(final_report(rec, ns.run_dir))
             return rec.exit_code
         print(
@@ -391,10 +481,9 @@ def cmd_attach(ns: argparse.Namespace) -> int:
 def cmd_view(ns: argparse.Namespace) -> int:
     """``soaktop view RUN_DIR``: replay a finished run (its report without a terminal)."""
     from soak.headless import final_report
-    from soak.record import load_record
+    from soak.run_dir import load_run_record
 
-    if (why := _run_dir_problem(ns.run_dir)) is not None:
-        print(f"soaktop view: {why}", file=sys.stderr)
+    if _readable_run("view", ns.run_dir) is not None:
         return EXIT_USAGE
     if (ui := _frontend(ns)) is not None:
         return ui.view(ns.run_dir)
@@ -405,23 +494,31 @@ def cmd_view(ns: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    print(final_report(load_record(ns.run_dir), ns.run_dir))
+    print(final_report(load_run_record(ns.run_dir), ns.run_dir))
     return 0
 
 
 def cmd_verify(ns: argparse.Namespace) -> int:
-    """``soaktop verify RUN_DIR``."""
+    """``soaktop verify RUN_DIR``: 0 when the record agrees with its journals, 1 when it
+    does not, 2 when the run directory cannot be read (named in the message)."""
+    from soak.run_dir import RunDirError
     from soak.verify import verify_run
 
-    problems = verify_run(ns.run_dir)
+    try:
+        problems = verify_run(ns.run_dir)
+    except RunDirError as e:
+        print(f"soaktop verify: cannot verify: {e}", file=sys.stderr)
+        return EXIT_USAGE
     if problems:
         print(f"soaktop verify: {ns.run_dir}: the record does NOT agree with its journals:")
-        for p in problems:
-            print(f"  - {p}")
-        return 1
-    from soak.record import load_record
+        from soak.safe_text import safe_line  # problems may quote the journals' text
 
-    rec = load_record(ns.run_dir)
+        for p in problems:
+            print(f"  - {safe_line(p)}")
+        return 1
+    from soak.run_dir import load_run_record
+
+    rec = load_run_record(ns.run_dir)
     n = rec.load.completed + rec.load.failed + rec.load.cancelled if rec.load else 0
     what = "load summary"
     if rec.matrix is not None:
@@ -444,18 +541,40 @@ def _lines(path: Path) -> int:
 
 def cmd_recover(ns: argparse.Namespace) -> int:
     """``soaktop recover RUN_DIR``."""
+    from pydantic import ValidationError
+
     from soak.recover import RecoverError, recover_run
+    from soak.run_dir import record_problems
+    from soak.safe_text import safe_line
 
     try:
         rec = recover_run(ns.run_dir)
     except RecoverError as e:
         print(f"soaktop recover: {e}", file=sys.stderr)
+        return int(getattr(e, "exit_code", EXIT_USAGE))
+    except ValidationError as e:  # a journal line parsed, but into a value of the wrong kind
+        print(
+            f"soaktop recover: {ns.run_dir}: a journal holds values of the wrong shape "
+            f"({record_problems(e)}); nothing was written",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        print(
+            f"soaktop recover: {ns.run_dir}: the journals cannot be read back "
+            f"({type(e).__name__}: {e}); a line holds values of the wrong type; "
+            "nothing was written",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     done = rec.load.completed if rec.load else 0
     print(
         f"soaktop recover: wrote {ns.run_dir / 'record.json'}: {rec.status.value}, "
         f"{done} completed requests recovered from the journal"
     )
+    for reason in rec.reasons:
+        if reason.code == "journal_damaged":
+            print(f"  note: {safe_line(reason.message)}")
     return 0
 
 

@@ -1,7 +1,13 @@
 """Watches every endpoint's ``/metrics`` during the run: occupancy, KV, counters.
 
-One task scrapes the endpoints one after the other and then sleeps the rest of the
-interval, so a slow scrape delays the next one instead of piling up. Each sample goes to
+One task scrapes every endpoint at once and then sleeps the rest of the interval; each
+scrape is cut after ``PERIODIC_TIMEOUT_SHARE`` of the interval, so a hung endpoint costs
+one missed sample a round and never delays the others, the next round or the run. The
+runner's own counter snapshots (barrier, end of drain, gate phases) have their own bound
+(``snapshot_timeout_s``, 2 s; the periodic one for an endpoint already timing out): a
+hung ``/metrics`` makes that reconciliation "unavailable", it does not stretch the run.
+Each periodic sample counts toward the endpoint's coverage of the load
+(``soak.coverage``): answered only when it parsed into a known engine's metrics. Each sample goes to
 ``telemetry.jsonl``; the latest values go into snapshots; the peaks during the load go
 into the record beside the client's own concurrency (two different numbers).
 
@@ -19,6 +25,7 @@ scrapes and settled counters are journaled but stay out of the load's figures).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -26,10 +33,11 @@ from typing import Any
 import httpx
 
 from probes.engine_metrics import EngineSample, scrape, server_latency
+from soak.coverage import Coverage, LoadWindow
 from soak.events import EventLog
 from soak.faults import when
 from soak.journal import JsonlWriter
-from soak.periodic import every
+from soak.periodic import every, poll_timeout
 from soak.record import Reason
 
 _PEAKS = ("running", "waiting", "kv_usage")
@@ -41,6 +49,11 @@ _RESET_COUNTERS = (
 )
 """Counters that only grow while the server lives: one going down is a restart."""
 _SERVER_LATENCIES = {"server_ttft_s": "ttft", "server_e2e_s": "e2e", "server_queue_s": "queue"}
+TIMED_OUT = "timed out"
+
+
+def _timed_out(s: EngineSample | None) -> bool:
+    return s is not None and (s.error or "").startswith(TIMED_OUT)
 
 
 class EngineWatch:
@@ -55,16 +68,29 @@ class EngineWatch:
         interval_s: float = 1.0,
         scrub: Callable[[Any], Any] = lambda v: v,
         events: EventLog | None = None,
+        window: LoadWindow | None = None,
+        snapshot_timeout_s: float = 2.0,
     ) -> None:
         self.endpoints = endpoints
         self._scrub = scrub
         self._events = events
         self.interval_s = interval_s
+        self.timeout_s = poll_timeout(interval_s)
+        """Bound of one periodic scrape (shorter than the interval)."""
+        self.snapshot_timeout_s = snapshot_timeout_s
+        """Bound of one on-demand scrape (the runner's counter snapshots)."""
+        self.cover = Coverage(
+            interval_s, window or LoadWindow(), [f"endpoint {i}" for i in range(len(endpoints))]
+        )
+        self._failing = [False] * len(endpoints)
         self.loop_errors: list[str] = []
         """Unexpected exceptions of the periodic loop (soaktop bugs: the run is INVALID)."""
         self._origin_ns = origin_ns
         self._journal = journal
-        self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(5.0))
+        # A backstop only: every scrape is bounded by asyncio.wait_for (see _scrape).
+        self._client = httpx.AsyncClient(
+            headers=headers, timeout=httpx.Timeout(max(snapshot_timeout_s, self.timeout_s))
+        )
         self._task: asyncio.Task[None] | None = None
         self.latest: list[EngineSample | None] = [None] * len(endpoints)
         self.peaks: list[dict[str, float]] = [{} for _ in endpoints]
@@ -76,6 +102,9 @@ class EngineWatch:
         """Per endpoint, every counter reset seen (a server restart), with its time."""
         self._previous: list[EngineSample | None] = [None] * len(endpoints)
         """The last good sample of each endpoint, to notice counters going down."""
+        self._taken = [0] * len(endpoints)
+        """Good samples taken in per endpoint: a scrape that saw this number move while it
+        was in flight overlapped another one (see :meth:`_take`)."""
         self.scrapes = [0] * len(endpoints)
         self.errors = [0] * len(endpoints)
         self._tracking = False
@@ -104,16 +133,76 @@ class EngineWatch:
                     self.first[i] = self.last[i] = s
         self._tracking = on
 
-    async def scrape_all(self) -> list[EngineSample]:
-        """Scrape every endpoint now (also used for the counter snapshots)."""
-        out = []
-        for i, base in enumerate(self.endpoints):
-            s = await scrape(self._client, base, self._origin_ns)
-            self._take(i, s)
-            out.append(s)
-        return out
+    async def scrape_all(self, timeout_s: float | None = None) -> list[EngineSample]:
+        """Scrape every endpoint now, all at once (the runner's counter snapshots); each
+        scrape is cut after ``timeout_s`` (default ``snapshot_timeout_s``, or the periodic
+        bound for an endpoint whose last scrape already timed out)."""
+        bounds = [
+            timeout_s
+            if timeout_s is not None
+            else self.timeout_s
+            if _timed_out(self.latest[i])
+            else self.snapshot_timeout_s
+            for i in range(len(self.endpoints))
+        ]
+        seen = list(self._taken)
+        samples = await asyncio.gather(
+            *(self._scrape(base, b) for base, b in zip(self.endpoints, bounds, strict=True))
+        )
+        for i, s in enumerate(samples):
+            self._take(i, s, overlapped=self._taken[i] != seen[i])
+        return list(samples)
 
-    def _take(self, i: int, s: EngineSample) -> None:
+    async def tick(self) -> list[EngineSample]:
+        """One periodic round: every endpoint within the periodic bound; each sample
+        counts toward the load's coverage (answered: it parsed into an engine's metrics)."""
+        samples = await self.scrape_all(self.timeout_s)
+        for i, s in enumerate(samples):
+            why = s.error or (None if s.engine is not None else "no engine metrics recognised")
+            self.cover.sample(f"endpoint {i}", s.t, why)
+            self._note_trouble(i, why)
+        return samples
+
+    async def _scrape(self, base: str, timeout_s: float) -> EngineSample:
+        t = (time.perf_counter_ns() - self._origin_ns) / 1e9
+        try:
+            return await asyncio.wait_for(scrape(self._client, base, self._origin_ns), timeout_s)
+        except TimeoutError:
+            return EngineSample(
+                t=t, engine=None, values={}, error=f"{TIMED_OUT} after {timeout_s:g} s"
+            )
+
+    def _note_trouble(self, i: int, why: str | None) -> None:
+        """A warning event when an endpoint's /metrics stops giving usable samples, and an
+        info one when it gives them again (once per change, not per scrape)."""
+        if (why is not None) == self._failing[i]:
+            return
+        self._failing[i] = why is not None
+        if self._events is None:
+            return
+        if why is not None:
+            self._events.emit(
+                "warning",
+                f"engine telemetry: endpoint {i} /metrics gives no usable sample: "
+                f"{self._scrub(why)}",
+                "warning",
+                endpoint=i,
+                source="engine_metrics",
+            )
+        else:
+            self._events.emit(
+                "warning",
+                f"engine telemetry: endpoint {i} /metrics answers again",
+                "info",
+                endpoint=i,
+                source="engine_metrics",
+            )
+
+    def coverage(self, now_s: float, min_expected: int = 1) -> dict[str, dict[str, Any]]:
+        """``{"engine_metrics": {"endpoint i": entry}}`` over the load window so far."""
+        return {"engine_metrics": self._scrub(self.cover.summary(now_s, min_expected))}
+
+    def _take(self, i: int, s: EngineSample, overlapped: bool = False) -> None:
         self.scrapes[i] += 1
         self.latest[i] = s
         line = {"source": "engine", "endpoint": i} | asdict(s)
@@ -121,8 +210,13 @@ class EngineWatch:
         if s.error is not None:
             self.errors[i] += 1
             return
-        self._check_restart(i, s)
-        self._previous[i] = s
+        # Two scrapes can be in flight at once (the periodic round and a runner snapshot):
+        # one that overlapped another may hold the older counts, and comparing it would see
+        # counters go down where the server never restarted. Only samples in sequence are.
+        if not overlapped:
+            self._check_restart(i, s)
+            self._previous[i] = s
+            self._taken[i] += 1
         if self._tracking:
             if self.first[i] is None:
                 self.first[i] = s
@@ -163,7 +257,7 @@ class EngineWatch:
             )
 
     async def _run(self) -> None:
-        await every(self.interval_s, self.scrape_all, "engine watch", self.loop_errors)
+        await every(self.interval_s, self.tick, "engine watch", self.loop_errors)
 
     def start(self) -> None:
         """Begin periodic scraping on the running loop."""
@@ -195,6 +289,8 @@ class EngineWatch:
         called they leave it alone."""
         prev = await self.scrape_all()
         for _ in range(tries - 1):
+            if any(s.error is not None for s in prev):
+                break  # a failing endpoint is not asked again: the window is unavailable
             await asyncio.sleep(pause_s)
             cur = await self.scrape_all()
             if [s.values for s in cur] == [s.values for s in prev]:
@@ -327,12 +423,14 @@ def restart_reasons(telemetry: dict[str, Any], load_start_s: float | None = None
     for eng in telemetry.get("engines") or []:
         restarts = eng.get("restarts") or []
         if restarts:
-            times = ", ".join(when(r["t"], load_start_s) for r in restarts)
+            # Restarts inside one second read the same: say each time once.
+            times = ", ".join(dict.fromkeys(when(r["t"], load_start_s) for r in restarts))
+            n = f" {len(restarts)} times" if len(restarts) > 1 else ""
             out.append(
                 Reason(
                     code="server_restart",
                     effect="failed",
-                    message=f"endpoint {eng['endpoint']} restarted during the run (its "
+                    message=f"endpoint {eng['endpoint']} restarted{n} during the run (its "
                     f"counters went down {times})",
                 )
             )

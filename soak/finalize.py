@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import platform
 import socket
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,22 +19,24 @@ from loadgen.stats import PercentileMethod, percentile
 from probes.gates import gates_json
 from probes.host import fd_soft_limit
 from soak import __version__
+from soak.coverage import coverage_reasons
 from soak.engine_watch import restart_reasons
 from soak.fault_watch import fault_reasons
 from soak.faults import faults_from_events
 from soak.faults import load_start as faults_load_start
 from soak.gate_session import gates_from_journal, probe_accounting
 from soak.gpu_sources import gpu_entries, gpu_source_status
-from soak.journal import read_jsonl, sha256_file
+from soak.journal import JsonlWriter, read_jsonl, release_reserve, sha256_file, storage_words
 from soak.matrix import matrix_reasons
 from soak.reconcile import overall, reconcile, reconcile_gates, reconcile_reasons
 from soak.record import (
-    EXIT_CODES,
+    EXIT_STORAGE,
     ClientHealth,
     Identity,
     LoadSummary,
     Reason,
     RunRecord,
+    exit_code_for,
     summary_csv,
     write_atomic,
     write_record,
@@ -84,22 +88,24 @@ def build_identity(runner: Runner) -> Identity:
         # uvloop or asyncio: part of the client's measured CPU cost per token
         "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
     }
+    red = runner.redactor
     if cfg.redact:
         eps = [e.model_copy(update={"url": f"<endpoint {i}>"}) for i, e in enumerate(eps)]
-    else:
-        host["hostname"] = socket.gethostname()
-    return Identity(
+    # With --redact the host's pseudonym: runs of one machine stay comparable.
+    host["hostname"] = red.learn("host", socket.gethostname())
+    identity = Identity(
         model=cfg.model,
         model_served=served,
         engine=engine or "unknown",
         endpoints=eps,
-        config_sha256=config_sha256(cfg.public_dict()),
+        config_sha256=config_sha256(red.obj(cfg.public_dict())),  # as config.json has it
         prompt_pool=_pool_facts(runner),
         soaktop_version=__version__,
         host=host,
         clock=dict(runner.clock),
         gpus=[g for src in runner.gpu_sources for g in src.identity()],
     )
+    return red.model(identity)  # every string: a /version or model id may name paths, hosts
 
 
 def _pool_facts(runner: Runner) -> dict[str, object]:
@@ -179,14 +185,21 @@ def _reconciliation(runner: Runner, load: LoadSummary | None) -> dict[str, Any]:
     """Client vs server per window: before gates, load (canaries included), after gates."""
     acc = probe_accounting(runner.run_dir / "probes.jsonl")
     windows: dict[str, dict[str, Any]] = {}
+    # A restart inside a window makes it unavailable, at the restart's time.
+    restarts = runner.engines.restarts if runner.engines is not None else None
+    at = runner.load_start_s()
     if "before" in runner.gate_counters and "before" in acc:
-        windows["before"] = reconcile_gates(*runner.gate_counters["before"], acc["before"])
+        windows["before"] = reconcile_gates(
+            *runner.gate_counters["before"], acc["before"], restarts, at
+        )
     if load is not None and load.barrier_released:
         windows["load"] = reconcile(
-            runner.counters_before, runner.counters_after, load, acc.get("canary")
+            runner.counters_before, runner.counters_after, load, acc.get("canary"), restarts, at
         )
     if "after" in runner.gate_counters and "after" in acc:
-        windows["after"] = reconcile_gates(*runner.gate_counters["after"], acc["after"])
+        windows["after"] = reconcile_gates(
+            *runner.gate_counters["after"], acc["after"], restarts, at
+        )
     return overall(windows) if windows else {}
 
 
@@ -240,6 +253,8 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     if runner.gpu_sources:
         telemetry["gpus"] = gpu_entries(runner.gpu_sources, "summary")
         telemetry["gpu_sources"] = gpu_source_status(runner.gpu_sources)
+    if coverage := runner.coverage():  # only once a load window opened
+        telemetry["coverage"] = coverage
     watch = runner.threshold_watch
     final_thresholds = evaluate(
         watch.thresholds, metrics_from_record(load, telemetry), record_source(load)
@@ -255,7 +270,7 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
         Findings(
             preflight_errors=runner.preflight_errors,
             load=load,
-            aborted=runner.stop_asked,
+            aborted=runner.stop_reason_words,
             health=health,
             max_failures=cfg.max_failures,
             max_loop_lag_s=cfg.max_loop_lag_s,
@@ -265,7 +280,8 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
             gates_configured=list(cfg.gates),
             before_blocked=runner.before_blocked,
             force_load=cfg.force_load,
-            extra=[
+            extra=_storage_reasons(runner)
+            + [
                 Reason(
                     code="internal_error",
                     effect="invalid",
@@ -273,7 +289,8 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
                 )
                 for msg in runner.internal_errors
             ]
-            + fault_reasons(telemetry, load_start)
+            + fault_reasons(telemetry, load_start, cfg.client_overload_s)
+            + coverage_reasons(telemetry, cfg.require_telemetry)
             + restart_reasons(telemetry, load_start)
             + [r for src in runner.gpu_sources for r in src.fault_reasons()]
             + _threshold_reasons(runner, load, final_thresholds)
@@ -295,14 +312,18 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     )
     runner.phases[-1].end_s = runner.now_s()
     runner.write_snapshot(status=status.value, reasons=reasons)
-    for writer in (runner.events.writer, runner.requests, runner.snapshots, runner.telemetry):
+    writers = (runner.events.writer, runner.requests, runner.snapshots, runner.telemetry)
+    for writer in writers:
         writer.close()
+    if runner.storage_error is not None:  # the lines dropped after it, for the record
+        dropped = {w.path.name: w.dropped for w in (*writers, _probe_journal(runner)) if w}
+        reasons = [_with_dropped(r, dropped) for r in reasons]
     faults = faults_from_events(read_jsonl(runner.run_dir / "events.jsonl"), load_start)
     record = RunRecord(
         run_id=runner.run_id,
         status=status,
         reasons=reasons,
-        exit_code=EXIT_CODES[status],
+        exit_code=exit_code_for(status, reasons),
         config=cfg.public_dict(),
         identity=build_identity(runner),
         load=load,
@@ -318,6 +339,76 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
         ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         files=run_files(runner.run_dir),
     )
-    write_record(runner.run_dir, record)
-    write_atomic(runner.run_dir / "summary.csv", summary_csv(record))
-    return EXIT_CODES[status]
+    # The last pass over everything the record gathered (a reason quoting a server's words).
+    return write_final(runner.run_dir, runner.redactor.model(record))
+
+
+def write_final(run_dir: Path, record: RunRecord) -> int:
+    """Write record.json and summary.csv into the space the run held for them.
+
+    The reserve (``soak.journal.reserve_space``) is freed first. If the record still does
+    not fit, a smaller one without the telemetry and matrix sections is tried, and says
+    so; if nothing fits, the exit code says "storage" and ``soaktop recover`` can write
+    the record from the journals once there is space. Returns the exit code.
+    """
+    release_reserve(run_dir)
+    try:
+        write_record(run_dir, record)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            print(f"soaktop runner: record.json: {storage_words(e)}", file=sys.stderr, flush=True)
+        small = record.model_copy(
+            update={
+                "telemetry": {},
+                "matrix": None,
+                "exit_code": EXIT_STORAGE,
+                "reasons": [
+                    *record.reasons,
+                    Reason(
+                        code="record_truncated",
+                        effect="note",
+                        message="the full record did not fit on the disk: its telemetry and "
+                        "matrix sections were left out (soaktop recover rebuilds them from "
+                        "the journals once there is space)",
+                    ),
+                ],
+            }
+        )
+        try:
+            write_record(run_dir, small)
+        except OSError:
+            return EXIT_STORAGE
+        record = small
+    try:
+        write_atomic(run_dir / "summary.csv", summary_csv(record))
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            print(f"soaktop runner: summary.csv: {storage_words(e)}", file=sys.stderr, flush=True)
+        return EXIT_STORAGE
+    return record.exit_code
+
+
+def _probe_journal(runner: Runner) -> JsonlWriter | None:
+    return runner.gates.journal if runner.gates is not None else None
+
+
+def _storage_reasons(runner: Runner) -> list[Reason]:
+    if runner.storage_error is None:
+        return []
+    return [
+        Reason(
+            code="storage_error",
+            effect="aborted",
+            message=f"the run directory could not be written: {runner.storage_error}; issuing "
+            "stopped and in-flight requests were cut (exit 5)",
+        )
+    ]
+
+
+def _with_dropped(reason: Reason, dropped: dict[str, int]) -> Reason:
+    """The storage reason with the journal lines that were lost after the error."""
+    lost = {name: n for name, n in dropped.items() if n}
+    if reason.code != "storage_error" or not lost:
+        return reason
+    words = ", ".join(f"{n} line{'s' * (n != 1)} of {name}" for name, n in lost.items())
+    return reason.model_copy(update={"message": f"{reason.message}; not written: {words}"})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,13 @@ import httpx
 import orjson
 
 from probes.gates import PHASE_WORDS, GatePlan, GateRunner, SuiteGate, summarize
-from probes.probe import Exchange, ProbeOptions, ProbeResult, ProbeSender
-from probes.suite import Suite
+from probes.probe import Exchange, Outcome, ProbeOptions, ProbeResult, ProbeSender
+from probes.suite import Suite, Task
 from soak.events import EventLog
 from soak.journal import JsonlWriter, read_jsonl
 from soak.record import write_atomic
 from soak.redact import Redactor
+from soak.redact_run import RedactingWriter
 
 LOG_TAIL_BYTES = 64 * 1024
 LOG_TAIL_LINES = 200
@@ -51,6 +53,47 @@ def server_log_excerpt(path: Path, request_id: str) -> dict[str, Any]:
         "tail": tail,
         "matching_request_id": [ln for ln in lines if own.search(ln)],
     }
+
+
+STOP_GRACE_S = 5.0
+"""After a graceful stop during a before/after gate phase, how long the probes already in
+flight may take to finish; then they are cut (and count as not run, like unsent ones)."""
+
+
+class _HaltableSender(ProbeSender):
+    """A :class:`ProbeSender` that a stop can halt: once halted it sends nothing more (a
+    task waits, unsent, until its phase is cancelled) and :meth:`settle` waits for the
+    probes already on the wire."""
+
+    def __init__(self, client: httpx.AsyncClient, options: ProbeOptions) -> None:
+        super().__init__(client, options)
+        self.halted = False
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def run(
+        self, suite: Suite, task: Task, base: str, rid: str
+    ) -> tuple[Outcome, str, str | None, list[Exchange]]:
+        """Send the task as :meth:`ProbeSender.run`, unless halted."""
+        if self.halted:
+            await asyncio.Event().wait()  # never sent: cancelled with the phase
+        self.in_flight += 1
+        self._idle.clear()
+        try:
+            return await super().run(suite, task, base, rid)
+        finally:
+            self.in_flight -= 1
+            if not self.in_flight:
+                self._idle.set()
+
+    async def settle(self, grace_s: float) -> bool:
+        """Wait up to ``grace_s`` for the probes in flight; True if they all finished."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace_s)
+        except TimeoutError:
+            return False
+        return True
 
 
 def evidence_name(r: ProbeResult) -> str:
@@ -84,14 +127,25 @@ class GateSession:
         self.redactor = redactor
         self.server_logs = server_logs
         self.evidence_all = evidence_all
-        self.journal = JsonlWriter(run_dir / "probes.jsonl")
+        self.journal = (
+            RedactingWriter(run_dir / "probes.jsonl", redactor)
+            if redactor.active
+            else JsonlWriter(run_dir / "probes.jsonl")
+        )
+        self.on_storage_error: Callable[[str, OSError], None] | None = None
+        """Called when an evidence file cannot be written (the runner stops the run)."""
         self.results: list[ProbeResult] = []
         self._client = httpx.AsyncClient(
             headers=headers,
             timeout=httpx.Timeout(options.timeout_s, connect=10.0),
             limits=httpx.Limits(max_connections=plan.concurrency + 4),
         )
-        self.runner = GateRunner(plan, ProbeSender(self._client, options), self._on_result)
+        self._sender = _HaltableSender(self._client, options)
+        self.runner = GateRunner(plan, self._sender, self._on_result)
+        self._cut = asyncio.Event()
+        self.cut_phases: set[str] = set()
+        """Before/after phases that a graceful stop ended early (their counters are not
+        reconciled: the server saw probes whose answers were cut)."""
         self.canary_rounds = 0
         self.running: str | None = None
 
@@ -128,9 +182,10 @@ class GateSession:
         if len(paths) == len(self.plan.endpoints) > 1:
             paths = [paths[r.endpoint]]
         logs = [server_log_excerpt(p, r.request_id) for p in paths]
-        doc = {
+        kept = [e.as_evidence(self.redactor.body) for e in exchanges]
+        doc: dict[str, Any] = {
             "probe": r.model_dump(mode="json") | {"evidence": rel},
-            "exchanges": [e.as_evidence() for e in exchanges],
+            "exchanges": kept,
             "server_logs": logs or "no server log configured (--server-log PATH)",
         }
         if self.redactor.enabled:
@@ -139,11 +194,21 @@ class GateSession:
             for log in logs:
                 log["path"] = "<redacted>"
                 log.pop("tail", None)
-        if self.redactor.active:
+        if self.redactor.active:  # the bodies were scrubbed whole (as_evidence): the rest
+            bodies = [x["response"].pop("body") for x in kept]
             doc = self.redactor.obj(doc)
+            for x, body in zip(doc["exchanges"], bodies, strict=True):
+                x["response"]["body"] = body
         path = self.run_dir / rel
-        path.parent.mkdir(exist_ok=True)
-        write_atomic(path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        try:
+            path.parent.mkdir(exist_ok=True)
+            data = self.redactor.cut_secrets(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+            write_atomic(path, data)
+        except OSError as e:  # disk full: the probe's outcome still counts; the run stops
+            if self.on_storage_error is None:
+                raise
+            self.on_storage_error(rel, e)
+            return f"{rel} (not written: {e.strerror or e})"
         return rel
 
     async def run(self, phase: str) -> dict[str, SuiteGate]:
@@ -152,8 +217,10 @@ class GateSession:
         planned = {name: len(suite.tasks) for name, suite in self.suites.items()}
         # The plan goes on the timeline first: verify and recover count unsent tasks from it.
         self.events.emit("gate", f"{PHASE_WORDS[phase]} gates start", phase=phase, planned=planned)
+        self._sender.halted = False
+        self._cut.clear()
         try:
-            results = await self.runner.run_phase(phase)
+            results = await self._run_until_cut(phase)
         finally:
             self.running = None
         gates = summarize(results, {phase: planned}).get(phase, {})
@@ -166,6 +233,42 @@ class GateSession:
             counts={s: [g.passed, g.total] for s, g in gates.items()},
         )
         return gates
+
+    def cut(self) -> None:
+        """A graceful stop: end the before/after phase that is running now promptly — no
+        new probe is sent, those in flight get :data:`STOP_GRACE_S` to finish, and the
+        rest count as not run. A canary round is not cut (it ends as it always did)."""
+        if self.running is not None:
+            self._sender.halted = True
+            self._cut.set()
+
+    async def _run_until_cut(self, phase: str) -> list[ProbeResult]:
+        """The phase's results: all of them, or those that ended before a :meth:`cut`."""
+        work = asyncio.ensure_future(self.runner.run_phase(phase))
+        cut = asyncio.ensure_future(self._cut.wait())
+        try:
+            await asyncio.wait({work, cut}, return_when=asyncio.FIRST_COMPLETED)
+            if work.done():
+                return work.result()
+            finished = await self._sender.settle(STOP_GRACE_S)
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+        finally:
+            for t in (work, cut):
+                t.cancel()  # an abort that cancels us cancels the phase too
+        self.cut_phases.add(phase)
+        done = [r for r in self.results if r.phase == phase]
+        tasks = sum(len(su.tasks) for su in self.suites.values())
+        sent = len({(r.suite, r.index) for r in done})
+        self.events.emit(
+            "gate",
+            f"{PHASE_WORDS[phase]} gates cut short by a stop: {sent} of {tasks} tasks ran, "
+            f"{tasks - sent} not run"
+            + ("" if finished else f" (probes still in flight after {STOP_GRACE_S:g} s were cut)"),
+            "warning",
+            phase=phase,
+        )
+        return done
 
     async def canary_loop(self, interval_s: float, per_round: int, stop: asyncio.Event) -> None:
         """Every ``interval_s``, a small rotating sample of each suite, until ``stop`` is set

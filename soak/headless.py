@@ -1,6 +1,8 @@
 """Headless mode: follow the runner's snapshots and print one plain line per interval.
 
 Reads only ``snapshots.jsonl`` (the same data the TUI shows); never computes statistics.
+Every line printed goes through :func:`~soak.safe_text.safe_line`: reasons, event messages
+and failure classes quote the server, and a terminal escape in them is shown, not obeyed.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from soak.journal import JsonlTail
-from soak.record import EXIT_CODES, RunRecord, Status, load_record
+from soak.record import EXIT_CODES, EXIT_STORAGE, RunRecord, Status, load_record
+from soak.safe_text import safe_line
 from soak.spawn import AttachedRunner, RunnerHandle
 
 
@@ -44,7 +47,7 @@ def status_line(snap: dict[str, Any]) -> str:
     tok_win = _f(win.get("output_tokens_per_s"), "{:.0f}")
     tok_cum = _f(cum.get("output_tokens_per_s"), "{:.0f}")
     gates = gate_text(snap.get("gates") or {})
-    return (
+    return safe_line(
         (f"[{where}] gates {gates} | " if phase.endswith("_gates") else f"[{where}] ")
         + f"done {load['completed']} fail {fail_txt} | "
         f"in-flight {load['in_flight']}/{load['workers_started']} of "
@@ -106,7 +109,7 @@ def final_report(rec: RunRecord, run_dir: Path) -> str:
         )
         out.append(f"  probe evidence ({len(evidence)} files): {shown}")
     out.append(f"  record: {run_dir / 'record.json'}")
-    return "\n".join(out)
+    return "\n".join(safe_line(row) for row in out)
 
 
 def follow(
@@ -124,9 +127,12 @@ def follow(
     drain). SIGHUP — the SSH link dropped — detaches: the runner, in its own session,
     finishes the soak and writes its record; this process leaves quietly with 129.
     With ``detach_on_hup=False`` (the demo, whose engine dies with this process) SIGHUP
-    is forwarded like the others. With ``interrupt_detaches`` (``soaktop attach``) every
-    signal only detaches: the run belongs to whoever started it.
+    is forwarded like the others, and this process follows the stop to its end without a
+    terminal (writes to a hung-up terminal fail; they are dropped, not fatal). With
+    ``interrupt_detaches`` (``soaktop attach``) every signal only detaches: the run
+    belongs to whoever started it.
     """
+    out = cast(TextIO, _DropsWriteErrors(out))
     forwarded: list[int] = []
     hung_up = False
 
@@ -140,7 +146,11 @@ def follow(
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    print(f"soaktop: run {handle.run_id}\n         dir {handle.run_dir}", file=out, flush=True)
+    print(
+        f"soaktop: run {safe_line(handle.run_id)}\n         dir {safe_line(handle.run_dir)}",
+        file=out,
+        flush=True,
+    )
     tail = JsonlTail(handle.run_dir / "snapshots.jsonl")
     last_print = clock()
     last_phase = None
@@ -156,7 +166,7 @@ def follow(
             last = snap
             for ev in snap.get("events", []):
                 if ev["kind"] in _SHOWN_EVENTS or ev["severity"] == "critical":
-                    print(f"  {ev['wall'][11:19]} {ev['kind']}: {ev['message']}", file=out)
+                    print(event_line(ev), file=out)
         if last is not None and (last["phase"] != last_phase or clock() - last_print >= interval_s):
             print(status_line(last), file=out, flush=True)
             last_print = clock()
@@ -167,7 +177,20 @@ def follow(
     if (handle.run_dir / "record.json").exists():
         rec = load_record(handle.run_dir)
         print(final_report(rec, handle.run_dir), file=out, flush=True)
+        for reason in rec.reasons:  # the cause on stderr too, where scripts look for it
+            if reason.code == "storage_error":
+                print(f"soaktop: {safe_line(reason.message)}", file=sys.stderr, flush=True)
         return rec.exit_code
+    if rc == EXIT_STORAGE:
+        print(
+            f"soaktop: the runner could not write its run directory {handle.run_dir} "
+            "(disk full, quota or I/O error: its runner.log may say which) and no record "
+            "fitted.\n"
+            f"  free some space, then: soaktop recover {handle.run_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_STORAGE
     how = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
     print(
         f"soaktop: the runner died ({how}) without writing a record.\n"
@@ -179,10 +202,35 @@ def follow(
     return EXIT_CODES[Status.ABORTED]
 
 
+def event_line(ev: dict[str, Any]) -> str:
+    """``  12:00:03 fault: GPU 1 ...`` — one event as printed while following a run."""
+    return safe_line(f"  {str(ev.get('wall', ''))[11:19]} {ev.get('kind')}: {ev.get('message')}")
+
+
 _SHOWN_EVENTS = frozenset(
     {"phase", "barrier", "control", "mark", "fault", "health", "gate", "threshold"}
 )
 EXIT_DETACHED = 128 + signal.SIGHUP
+
+
+class _DropsWriteErrors:
+    """A text stream whose writes may fail (EIO on a hung-up terminal, a closed pipe)
+    without ending the follower: the run's record is what matters, not the screen."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        """Write, or drop the text if the stream is gone."""
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        """Flush, unless the stream is gone."""
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()
 
 
 def _detached(handle: RunnerHandle | AttachedRunner, out: TextIO) -> int:

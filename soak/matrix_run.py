@@ -168,6 +168,8 @@ class MatrixRun:
             },
             f"cell {cell} rep {rep}",
             failed,
+            engines.restarts if engines else None,  # a restart inside: unavailable, not a gap
+            self.runner.load_start_s(),
         )
         return out
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loadgen.stats import LatencyStats
 from soak.matrix import MatrixSummary
+from soak.safe_text import safe_csv_cell
 
 SCHEMA_VERSION = 1
 
@@ -33,6 +34,9 @@ class Status(StrEnum):
 
 EXIT_CODES = {Status.PASSED: 0, Status.FAILED: 1, Status.INVALID: 3, Status.ABORTED: 4}
 EXIT_USAGE = 2
+EXIT_STORAGE = 5
+"""The run directory could not be written (disk full, I/O error, quota): issuing stopped
+and the record says why (or, before the first request, no run directory was left)."""
 
 
 class Reason(BaseModel):
@@ -124,6 +128,19 @@ class LoadSummary(BaseModel):
     output_tokens: int = 0
     usage_missing: int = 0
     """Successful requests without a usage block (their tokens are unknown, not estimated)."""
+    usage_disagrees: int = 0
+    """Successful requests that streamed more token-carrying chunks than
+    ``usage.completion_tokens`` + 2 can explain (``loadgen.outcome.usage_disagrees``): the
+    usage looks wrong. A note; the totals still use usage as reported."""
+    usage_disagrees_example: str | None = None
+    """The first such request: its id, chunks and completion tokens."""
+    empty_answers: int = 0
+    """Successful requests with no token-carrying chunk: the server said the generation
+    finished after ≥ 1 completion token (a model that ends at once). Not failures, counted
+    so that a server answering everything with nothing shows."""
+    stale_connection_retries: int = 0
+    """Requests resent once on a fresh connection: the pooled connection they were first
+    written to had been closed by the server, before any response byte (see README)."""
     output_tokens_per_s: float | None = None
     """output_tokens / elapsed_s (drain included)."""
     output_tokens_per_s_issue_window: float | None = None
@@ -196,7 +213,8 @@ class RunRecord(BaseModel):
     """Each threshold's final state from the record's exact figures
     (``soak.thresholds.ThresholdState``), with its first live breach."""
     telemetry: dict[str, Any] = Field(default_factory=dict)
-    """Per-source summaries (GPU, engine, host) from the telemetry layer."""
+    """Per-source summaries (GPU, engine, host) from the telemetry layer, and ``coverage``:
+    each source's answered / expected samples over the load window (``soak.coverage``)."""
     reconciliation: dict[str, Any] = Field(default_factory=dict)
     """Client vs server counter deltas per window (``before``, ``load``, ``after``) and
     ``matched`` over all of them (``soak.reconcile``)."""
@@ -213,14 +231,28 @@ class RunRecord(BaseModel):
     """Journal name → sha256, computed after the journals were closed."""
 
 
+def exit_code_for(status: Status, reasons: list[Reason]) -> int:
+    """The exit code a verdict implies: by status, except that a run stopped because its
+    directory could not be written exits ``EXIT_STORAGE`` (5), whatever else it found."""
+    if any(r.code == "storage_error" for r in reasons):
+        return EXIT_STORAGE
+    return EXIT_CODES[status]
+
+
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write a file so readers see the old or the new content, never half of it."""
+    """Write a file so readers see the old or the new content, never half of it.
+
+    A failed write (disk full) raises and leaves no half temporary file behind."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_record(run_dir: Path, record: RunRecord) -> None:
@@ -274,7 +306,9 @@ def summary_csv(record: RunRecord) -> bytes:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
     w.writeheader()
-    w.writerow(row)
+    # Reasons quote the server: no escape reaches a terminal that cats the file, and no
+    # cell runs as a spreadsheet formula. Numbers soaktop wrote pass unchanged.
+    w.writerow({k: safe_csv_cell(v) for k, v in row.items()})
     return buf.getvalue().encode()
 
 

@@ -8,28 +8,37 @@ journals: their hashes go into the record.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from pathlib import Path
 
-import orjson
 import psutil
 
 from probes.gates import gates_json
 from soak.faults import faults_from_events, load_start
 from soak.finalize import run_files
 from soak.gate_session import gates_from_journal
-from soak.journal import read_jsonl
+from soak.journal import read_jsonl, release_reserve, repair_tail, storage_words
 from soak.matrix import matrix_reasons
 from soak.matrix_run import matrix_from_journals
 from soak.record import (
-    EXIT_CODES,
+    EXIT_STORAGE,
+    EXIT_USAGE,
     Identity,
     PhaseSpan,
     Reason,
     RunRecord,
+    exit_code_for,
     summary_csv,
     write_atomic,
     write_record,
+)
+from soak.run_dir import (
+    RunDirError,
+    check_run_dir,
+    journal_problems,
+    load_run_config,
+    record_problem,
 )
 from soak.summary import LoadTiming, summarize_load
 from soak.verdict import Findings, decide
@@ -37,6 +46,48 @@ from soak.verdict import Findings, decide
 
 class RecoverError(RuntimeError):
     """The run directory cannot be recovered (the message says why)."""
+
+    exit_code = EXIT_USAGE
+
+
+class RecoverStorageError(RecoverError):
+    """The record could not be written (disk full...): free space and recover again."""
+
+    exit_code = EXIT_STORAGE
+
+
+JOURNALS = ("events.jsonl", "requests.jsonl", "probes.jsonl", "snapshots.jsonl", "telemetry.jsonl")
+"""The journals whose torn tails recover cuts before reading them."""
+
+
+def _repair_tails(run_dir: Path) -> tuple[list[Reason], dict[Path, bytes]]:
+    """Cut a torn last line off each journal (a writer killed mid-line): the notes that
+    say so, and the bytes cut (put back if the record cannot be written after all)."""
+    notes = []
+    cut: dict[Path, bytes] = {}
+    for name in JOURNALS:
+        try:
+            torn = repair_tail(run_dir / name)
+        except OSError as e:
+            raise RecoverError(f"{name}: cannot repair its torn last line: {e}") from None
+        if torn:
+            cut[run_dir / name] = torn
+            notes.append(
+                Reason(
+                    code="journal_torn_tail",
+                    effect="note",
+                    message=f"{name} ended in a torn line ({len(torn)} bytes, written when the "
+                    "runner died): it was cut off; every whole line before it is kept",
+                )
+            )
+    return notes, cut
+
+
+def _put_back(cut: dict[Path, bytes]) -> None:
+    """Undo :func:`_repair_tails` (the bytes fit: they were just freed), best effort."""
+    for path, torn in cut.items():
+        with contextlib.suppress(OSError), path.open("ab") as fh:
+            fh.write(torn)
 
 
 def _timing_from_events(run_dir: Path, config: dict) -> tuple[LoadTiming | None, list[PhaseSpan]]:
@@ -102,21 +153,31 @@ def _in_flight_at_death(run_dir: Path, journaled: int) -> int:
 
 def recover_run(run_dir: Path) -> RunRecord:
     """Write record.json and summary.csv for a dead runner's directory; return the record."""
+    try:
+        check_run_dir(run_dir)
+    except RunDirError as e:
+        raise RecoverError(str(e)) from None
     if (run_dir / "record.json").exists():
-        raise RecoverError(f"{run_dir} already has a record.json; nothing to recover")
+        damaged = record_problem(run_dir)
+        raise RecoverError(
+            f"{run_dir} already has a record.json; nothing to recover"
+            if damaged is None
+            else f"{damaged}; move it aside to rebuild the record from the journals"
+        )
     if (pid := _live_runner(run_dir)) is not None:
         raise RecoverError(
             f"the runner of {run_dir} is still alive (pid {pid}); it will write its own record"
         )
     try:
-        config = orjson.loads((run_dir / "config.json").read_bytes())
-    except FileNotFoundError:
-        raise RecoverError(f"{run_dir} has no config.json: not a soaktop run directory") from None
+        config = load_run_config(run_dir)
+    except RunDirError as e:
+        raise RecoverError(str(e)) from None
+    torn, cut = _repair_tails(run_dir)
     timing, phases = _timing_from_events(run_dir, config)
     method = config.get("percentile_method", "nearest-rank")
     load = summarize_load(run_dir / "requests.jsonl", timing, method) if timing else None
     lost = _in_flight_at_death(run_dir, timing.issued) if timing else 0
-    notes = []
+    notes = torn
     if lost:
         notes.append(
             Reason(
@@ -127,6 +188,10 @@ def recover_run(run_dir: Path) -> RunRecord:
         )
     gates, bad_lines = gates_from_journal(run_dir)
     notes += [Reason(code="journal_damaged", effect="note", message=m) for m in bad_lines]
+    notes += [
+        Reason(code="journal_damaged", effect="note", message=m)
+        for m in journal_problems(run_dir, tuple(j for j in JOURNALS if j != "probes.jsonl"))
+    ]
     matrix = matrix_from_journals(run_dir, config)
     if matrix is not None:
         notes += matrix_reasons(matrix, int(config.get("max_failures", 0)), aborted=True)
@@ -154,12 +219,22 @@ def recover_run(run_dir: Path) -> RunRecord:
     )
     identity = None
     if (run_dir / "identity.json").exists():
-        identity = Identity.model_validate_json((run_dir / "identity.json").read_bytes())
+        try:
+            identity = Identity.model_validate_json((run_dir / "identity.json").read_bytes())
+        except (OSError, ValueError):  # damaged: the record says so and goes on without it
+            reasons.append(
+                Reason(
+                    code="journal_damaged",
+                    effect="note",
+                    message="identity.json is damaged (not the identity JSON the runner "
+                    "writes): the record has no identity",
+                )
+            )
     record = RunRecord(
         run_id=run_dir.name,
         status=status,
         reasons=reasons,
-        exit_code=EXIT_CODES[status],
+        exit_code=exit_code_for(status, reasons),
         config=config,
         identity=identity,
         load=load,
@@ -172,8 +247,17 @@ def recover_run(run_dir: Path) -> RunRecord:
         recovered=True,
         files=run_files(run_dir),
     )
-    write_record(run_dir, record)
-    write_atomic(run_dir / "summary.csv", summary_csv(record))
+    release_reserve(run_dir)  # a runner killed mid-run leaves the space it held
+    try:
+        write_record(run_dir, record)
+        write_atomic(run_dir / "summary.csv", summary_csv(record))
+    except OSError as e:
+        (run_dir / "record.json").unlink(missing_ok=True)  # all or nothing: recover again
+        _put_back(cut)
+        raise RecoverStorageError(
+            f"cannot write the record into {run_dir}: {storage_words(e)}; nothing was "
+            "changed; free some space and run soaktop recover again"
+        ) from None
     return record
 
 

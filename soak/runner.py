@@ -10,18 +10,22 @@ the run directory as it happens; SIGINT/SIGTERM/SIGHUP end in a written record.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
+import shutil
 import signal
 import sys
 import time
 import traceback
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from loadgen import eventloop
 from loadgen.client import StreamClient
@@ -36,26 +40,38 @@ from probes.probe import ProbeOptions
 from probes.suite import load_suites
 from soak.config import RunConfig
 from soak.control import ControlReader
+from soak.coverage import LIVE_MIN_EXPECTED, LoadWindow, coverage_reasons, gather
 from soak.engine_watch import EngineWatch
 from soak.events import EventLog
 from soak.fault_watch import FaultWatch
 from soak.faults import when as when_words
 from soak.finalize import build_identity, finalize_run
 from soak.gate_session import GateSession
-from soak.gpu_sources import gpu_entries
+from soak.gpu_sources import gpu_entries, gpu_source_status
 from soak.gpu_watch import GpuWatch
 from soak.host_watch import HostWatch
 from soak.identity import count_tokens, probe_all
-from soak.journal import JsonlWriter, request_line
+from soak.journal import (
+    RESERVE_BYTES,
+    JsonlWriter,
+    request_line,
+    reserve_space,
+    storage_words,
+)
 from soak.matrix import CellResult, MatrixSummary, parse_matrix
 from soak.matrix_run import MatrixRun
 from soak.nvml_watch import NvmlWatch
-from soak.record import EXIT_USAGE, EndpointIdentity, PhaseSpan, write_atomic
+from soak.record import EXIT_STORAGE, EXIT_USAGE, EndpointIdentity, PhaseSpan, write_atomic
 from soak.redact import Redactor
+from soak.redact_run import RedactingStream, RedactingWriter, redactor_for_run, run_id_model
 from soak.runid import create_run_dir, make_run_id
 from soak.snapshot import ClientView, LoadView, Snapshot
+from soak.spawn import LIFELINE_GONE, lifeline_arg, watch_lifeline
 from soak.summary import LoadTiming
 from soak.thresholds import Threshold, ThresholdWatch, metrics_from_snapshot, parse_thresholds
+
+PLAIN_FINISH = frozenset({None, "stop", "length", "tool_calls", "abort", "eos", "error"})
+"""finish_reason values with nothing to scrub (anything else is server text)."""
 
 FAILURE_EVENTS_PER_CLASS = 20
 """Individual failure events per class; beyond it failures are aggregated per tick."""
@@ -85,6 +101,7 @@ class Runner:
         endpoints: list[EndpointIdentity],
         pool: PromptPool | None,
         clock: dict[str, object],
+        redactor: Redactor | None = None,
     ) -> None:
         self.config = config
         self.run_dir = run_dir
@@ -95,11 +112,24 @@ class Runner:
         self.pool = pool
         self.clock = clock
         secrets = [v.removeprefix("Bearer ") for v in auth_headers(config).values()]
-        self.redactor = Redactor(config.endpoints, config.redact, secrets)
-        self.events = EventLog(JsonlWriter(run_dir / "events.jsonl"), origin_ns, self.redactor)
-        self.requests = JsonlWriter(run_dir / "requests.jsonl")
-        self.snapshots = JsonlWriter(run_dir / "snapshots.jsonl")
-        self.telemetry = JsonlWriter(run_dir / "telemetry.jsonl")
+        self.redactor = redactor or Redactor(config.endpoints, config.redact, secrets)
+        # Every journal line passes the redactor (requests: see on_result, the hot path).
+        journal = (
+            partial(RedactingWriter, redactor=self.redactor)
+            if self.redactor.active
+            else JsonlWriter
+        )
+        self.storage_error: str | None = None
+        """Why the run directory could not be written (disk full...), once it could not."""
+        self._stopped_by_storage = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        fail = self._journal_failed
+        self.events = EventLog(
+            journal(run_dir / "events.jsonl", on_error=fail), origin_ns, self.redactor
+        )
+        self.requests = JsonlWriter(run_dir / "requests.jsonl", fail)
+        self.snapshots = journal(run_dir / "snapshots.jsonl", on_error=fail)
+        self.telemetry = journal(run_dir / "telemetry.jsonl", on_error=fail)
         self.engines: EngineWatch | None = None
         self.counters_before: list[EngineSample] | None = None
         self.counters_after: list[EngineSample] | None = None
@@ -120,8 +150,15 @@ class Runner:
         """The abort_on_fail threshold that stopped the load early, if one did."""
         self.live = LiveLoadStats(config.window_s)
         self.lag = LoopLagMonitor()
+        self.window = LoadWindow()
+        """The load's window (barrier release → end of drain): every source's coverage."""
         self.host = HostWatch(
-            self.telemetry, self.events, config.server_pid, config.max_client_cpu_percent
+            self.telemetry,
+            self.events,
+            config.server_pid,
+            config.max_client_cpu_percent,
+            interval_s=config.snapshot_interval_s,
+            window=self.window,
         )
         self.control = ControlReader(run_dir / "control.jsonl")
         self.gen: LoadGenerator | None = None
@@ -180,9 +217,10 @@ class Runner:
 
     def on_result(self, r: RequestResult) -> None:
         """Journal one finished request and count it."""
-        if self.redactor.active and r.failure_detail:
-            r.failure_detail = self.redactor.text(r.failure_detail)
-        self.requests.write_raw(request_line(r, self.origin_ns, self.request_phase))
+        line = request_line(r, self.origin_ns, self.request_phase)
+        if self.redactor.active and (r.failure_detail or r.finish_reason not in PLAIN_FINISH):
+            line = self.redactor.json_line(line)  # server text: only then worth the pass
+        self.requests.write_raw(line)
         self.live.record(r, self.now_s())
         if r.failure is not None and not r.cancelled:
             cls = str(r.failure)
@@ -201,6 +239,38 @@ class Runner:
             else:
                 self._unreported[cls] = self._unreported.get(cls, 0) + 1
 
+    # -- storage ---------------------------------------------------------------------------
+
+    def _journal_failed(self, writer: JsonlWriter, err: OSError) -> None:
+        self.storage_failed(writer.path.name, err)
+
+    def storage_failed(self, what: str, err: OSError) -> None:
+        """The run directory could not be written: stop issuing at once (nothing more can
+        be journaled), cut in-flight requests and end with a record that says why.
+
+        Called by a journal from any thread; the stop itself runs on the runner's loop."""
+        if self.storage_error is not None:
+            return
+        self.storage_error = f"{storage_words(err)} writing {what} {self.when(self.now_s())}"
+        with contextlib.suppress(OSError):  # runner.log is on the same, full, disk
+            print(f"soaktop runner: {self.storage_error}", file=sys.stderr, flush=True)
+        loop = self._loop
+        if loop is None or _on_loop(loop):
+            self._stop_for_storage()
+        else:
+            loop.call_soon_threadsafe(self._stop_for_storage)
+
+    def _stop_for_storage(self) -> None:
+        if self.stop_asked is None:
+            self._stopped_by_storage = True
+        self.ask_stop("the run directory could not be written", hard=True)
+
+    @property
+    def stop_reason_words(self) -> str | None:
+        """The operator's or a signal's stop, for the verdict (a storage stop is its own
+        reason, never "aborted by the operator")."""
+        return None if self._stopped_by_storage else self.stop_asked
+
     # -- signals and control ---------------------------------------------------------------
 
     def ask_stop(self, why: str, hard: bool = False) -> None:
@@ -209,6 +279,8 @@ class Runner:
             self.stop_asked = f"{why} during {self.phase} at {self.now_s():.1f} s"
         self.events.emit("control", f"{'abort' if hard else 'stop'} asked: {why}", "warning")
         self._canary_stop.set()
+        if not hard and self.gates is not None:
+            self.gates.cut()  # a before/after gate phase ends promptly, its rest not run
         if hard:
             self.hard_stop = True
             for task in (self._gate_task, self._canary_task):
@@ -328,6 +400,11 @@ class Runner:
             self._unreported = {}
         now = self.now_s()
         load = self._load_view(now)
+        coverage = self.coverage(LIVE_MIN_EXPECTED)
+        if status == "running" and coverage:  # the sources lost so far: a verdict so far
+            required = self.config.require_telemetry
+            gpu = gpu_source_status(self.gpu_sources) if "gpu" in required else []
+            reasons = coverage_reasons({"coverage": coverage, "gpu_sources": gpu}, required)
         snap = Snapshot(
             seq=self._seq,
             t=now,
@@ -343,6 +420,7 @@ class Runner:
                 | ({"gpus": gpu_entries(self.gpu_sources, "view")} if self.gpu_sources else {})
                 | (self.faults.view() if self.faults else {})
                 | {"host": self.host.view()}
+                | ({"coverage": coverage} if coverage else {})
             ),
             events=self.events.take_pending(),
             status=status,
@@ -380,6 +458,11 @@ class Runner:
             )
             self.gen.stop_issuing(f"threshold {due.condition} breached (abort_on_fail)")
         return [s.model_dump(mode="json") for s in watch.states]
+
+    def coverage(self, min_expected: int = 1) -> dict[str, dict[str, Any]]:
+        """Every source's coverage of the load window so far (empty before the barrier)."""
+        watchers = (self.engines, self.faults, *self.gpu_sources, self.host)
+        return gather(watchers, self.now_s(), min_expected)
 
     async def _ticker(self) -> None:
         while True:
@@ -422,7 +505,7 @@ class Runner:
 
     async def run(self) -> int:
         """Run the protocol; always ends with a written record. Returns the exit code."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, self.on_signal, sig)
         for early in self.early_signals:  # arrived before the handlers above existed
@@ -447,10 +530,13 @@ class Runner:
                 if not self.config.matrix:  # the matrix builds one pool per cell
                     self.pool = await self._calibrate_pool(headers)
                 # Written before the load so `soaktop recover` has it if we die.
-                write_atomic(
-                    self.run_dir / "identity.json",
-                    build_identity(self).model_dump_json(indent=2).encode(),
-                )
+                try:
+                    write_atomic(
+                        self.run_dir / "identity.json",
+                        build_identity(self).model_dump_json(indent=2).encode(),
+                    )
+                except OSError as e:
+                    self.storage_failed("identity.json", e)
             if not self.preflight_errors and self.stop_asked is None:
                 self.engines = EngineWatch(
                     self.config.endpoints,
@@ -460,6 +546,7 @@ class Runner:
                     self.config.telemetry_interval_s,
                     scrub=self.redactor.obj,
                     events=self.events,
+                    window=self.window,
                 )
                 self.engines.start()
                 self.faults = FaultWatch(
@@ -472,6 +559,7 @@ class Runner:
                     log_commands=[shlex.split(c) for c in self.config.server_log_cmd],
                     keep_lines=not self.config.redact,
                     scrub=self.redactor.text,
+                    window=self.window,
                 )
                 await self.faults.start()
                 interval = self.config.telemetry_interval_s
@@ -485,6 +573,7 @@ class Runner:
                             self.redactor.obj,
                             ignore_xid=self.config.ignore_xid,
                             when=self.when,
+                            window=self.window,
                         )
                     )
                 if self.config.dcgm:
@@ -498,6 +587,7 @@ class Runner:
                             scrub=self.redactor.obj,
                             ignore_xid=self.config.ignore_xid,
                             when=self.when,
+                            window=self.window,
                         )
                     )
                 for source in self.gpu_sources:
@@ -516,7 +606,9 @@ class Runner:
                 if not self.before_blocked and self.stop_asked is None:
                     if self.config.matrix:
                         spec = parse_matrix(self.config.matrix)
+                        self.window.open(self.now_s())  # the matrix is the load's window
                         self.matrix = await MatrixRun(self, spec, headers).run()
+                        self.window.close(self.now_s())
                     else:
                         await self._load(headers)
                     if self.gates is not None and not self.hard_stop:
@@ -528,6 +620,7 @@ class Runner:
                 self.gen.abort()
                 await asyncio.gather(*self.gen.tasks, return_exceptions=True)
         finally:
+            self.window.close(self.now_s())  # an internal error mid-load ends it here
             ticker.cancel()
             self.lag.stop()
             for name, closer in (
@@ -575,7 +668,7 @@ class Runner:
             timeout_s=cfg.probe_timeout_s,
             max_model_len=min(lens) if lens else None,
         )
-        return GateSession(
+        session = GateSession(
             run_dir=self.run_dir,
             plan=plan,
             options=options,
@@ -585,6 +678,9 @@ class Runner:
             server_logs=list(cfg.server_log),
             evidence_all=cfg.probe_evidence == "all",
         )
+        session.journal.on_error = self._journal_failed
+        session.on_storage_error = self.storage_failed
+        return session
 
     async def _gate_phase(self, phase: str) -> None:
         """One before/after gate phase, with the engine counters around it."""
@@ -593,6 +689,9 @@ class Runner:
         start = await self.engines.scrape_all() if self.engines else None
         if self.hard_stop:  # an abort that came during the scrape: send nothing more
             self.events.emit("gate", f"{phase}-load gates skipped: the run was aborted", "warning")
+            return
+        if phase == "before" and self.stop_asked is not None:  # a stop during the scrape
+            self.events.emit("gate", "before-load gates skipped: the run was stopped", "warning")
             return
         self._gate_task = asyncio.create_task(self.gates.run(phase))
         try:
@@ -604,7 +703,7 @@ class Runner:
             return
         finally:
             self._gate_task = None
-        if self.engines is not None and start is not None:
+        if self.engines is not None and start is not None and phase not in self.gates.cut_phases:
             self.gate_counters[phase] = (start, await self.engines.settled_counters())
 
     async def _load(self, headers: dict[str, str]) -> None:
@@ -659,6 +758,7 @@ class Runner:
                     self.engines.tracking = True
                 self.lag.take_interval(keep=False)  # barrier start-up lag is not load lag
                 self.enter("load", f"barrier released: issuing for {cfg.duration_s} s")
+                self.window.open(self.now_s())
                 if self.gates is not None and cfg.canary_interval_s:
                     self._canary_task = asyncio.create_task(
                         self.gates.canary_loop(
@@ -666,6 +766,7 @@ class Runner:
                         )
                     )
                 await gen.run()
+                self.window.close(self.now_s())  # the drain is over
                 if (canary := self._canary_task) is not None:
                     # A round in flight finishes (its requests are in the counters) unless
                     # an abort cancels it, now or while we wait.
@@ -715,18 +816,31 @@ class Runner:
         )
 
 
-def _redirect_output(run_dir: Path) -> None:
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:  # no loop in this thread
+        return False
+
+
+def _redirect_output(run_dir: Path, redactor: Redactor) -> None:
     log = os.open(run_dir / "runner.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
+    if redactor.active:  # what Python prints (tracebacks included) is scrubbed line by line
+        sys.stdout = RedactingStream(sys.stdout, redactor)
+        sys.stderr = RedactingStream(sys.stderr, redactor)
 
 
-async def start(config: RunConfig) -> int:
-    """Identity, run directory, handshake, then the run. Returns the exit code."""
+async def start(config: RunConfig, lifeline_fd: int | None = None) -> int:
+    """Identity, run directory, handshake, then the run. Returns the exit code.
+    ``lifeline_fd``: see :func:`soak.spawn.runners_end_with_this_process`."""
     early: list[int] = []
+    # A file-size limit (ulimit -f) must be a write error the run survives, not a kill.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, early.append, sig)
@@ -742,7 +856,9 @@ async def start(config: RunConfig) -> int:
             return EXIT_USAGE
     endpoints = await probe_all(config.endpoints, auth_headers(config), config.connect_timeout_s)
     engine = config.engine or next((e.engine for e in endpoints if e.engine), None) or "unknown"
-    run_id = make_run_id(config.model, config.label, engine, config.purpose, datetime.now(UTC))
+    redactor, salt_problem = await redactor_for_run(config, auth_headers(config))
+    model = run_id_model(redactor, config.model)
+    run_id = make_run_id(model, config.label, engine, config.purpose, datetime.now(UTC))
     try:
         run_dir, run_id = create_run_dir(config.out, run_id)
     except OSError as e:
@@ -751,26 +867,61 @@ async def start(config: RunConfig) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    (run_dir / "runner.pid").write_text(f"{os.getpid()}\n")
-    (run_dir / "config.json").write_bytes(
-        orjson.dumps(config.public_dict(), option=orjson.OPT_INDENT_2)
-    )
-    print(orjson.dumps({"run_dir": str(run_dir), "run_id": run_id, "pid": os.getpid()}).decode())
-    _redirect_output(run_dir)
+    try:
+        # Space for the final record first: a disk that fills later still gets its record.
+        reserve_space(run_dir)
+        (run_dir / "runner.pid").write_text(f"{os.getpid()}\n")
+        write_atomic(
+            run_dir / "config.json",
+            redactor.json_line(
+                orjson.dumps(config.public_dict(), option=orjson.OPT_INDENT_2),
+                option=orjson.OPT_INDENT_2,
+            ),
+        )
+    except OSError as e:  # before the first request: leave no half run directory
+        shutil.rmtree(run_dir, ignore_errors=True)
+        print(
+            f"soaktop: out = {str(config.out)!r}: cannot start a run there: {storage_words(e)}; "
+            f"soaktop needs at least {RESERVE_BYTES // 1024} KiB free for the record. "
+            "Nothing was run.",
+            file=sys.stderr,
+        )
+        return EXIT_STORAGE
+    hello = orjson.dumps({"run_dir": str(run_dir), "run_id": run_id, "pid": os.getpid()})
+    # Unbuffered: if the CLI is already gone (kill -9) nothing is left to fail later, and
+    # the run still ends in a record (a demo's: ABORTED by its lifeline).
+    with contextlib.suppress(OSError):
+        os.write(sys.stdout.fileno(), hello + b"\n")
+    _redirect_output(run_dir, redactor)
     clock = {"wall_at_origin": wall_at_origin, "started_at": started_at}
-    runner = Runner(config, run_dir, run_id, origin_ns, started_at, endpoints, pool, clock)
+    runner = Runner(
+        config, run_dir, run_id, origin_ns, started_at, endpoints, pool, clock, redactor
+    )
     runner.early_signals = early
+    if salt_problem is not None:
+        runner.events.emit(
+            "warning", f"--redact: {salt_problem}; pseudonyms hold within this run only", "warning"
+        )
+    if lifeline_fd is not None:  # a demo's runner: its engine ends with the demo
+        watch_lifeline(lifeline_fd, lambda: runner.ask_stop(LIFELINE_GONE, hard=True))
     return await runner.run()
 
 
 def main() -> int:
     """``python -m soak.runner`` with the RunConfig JSON on stdin."""
+    from soak.config import format_validation_error
+
     try:
         config = RunConfig.model_validate_json(sys.stdin.buffer.read())
-    except ValueError as e:  # pydantic's ValidationError; the CLI validated it already
-        print(f"soaktop runner: bad configuration on stdin: {e}", file=sys.stderr)
+    except ValidationError as e:  # the CLI validated it already: another caller, or a bug
+        # Still a sentence per field (never pydantic's dump): it reaches the CLI's stderr.
+        print(
+            "soaktop runner: the configuration it was given cannot be used:\n"
+            + format_validation_error(e),
+            file=sys.stderr,
+        )
         return EXIT_USAGE
-    return eventloop.run(start(config))
+    return eventloop.run(start(config, lifeline_arg(sys.argv[1:])))
 
 
 if __name__ == "__main__":

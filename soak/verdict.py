@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 from probes.gates import PHASE_WORDS, GateFailure, SuiteGate
 from soak.record import ClientHealth, LoadSummary, Reason, Status
 
+# Failure classes whose bare name does not say what happened: the reason adds the words.
+_CLASS_WORDS = {
+    "empty_stream": "HTTP 200 streams that ended with [DONE] but carried no output",
+    "impossible_usage": "usage numbers that cannot be true, left out of the token totals",
+}
+
 _PRECEDENCE = (
     ("aborted", Status.ABORTED),
     ("invalid", Status.INVALID),
@@ -63,7 +69,10 @@ def _load_reasons(f: Findings) -> list[Reason]:
         )
         return out
     if load.failed > f.max_failures:
-        by = ", ".join(f"{n} {cls}" for cls, n in load.failures_by_class.items())
+        by = ", ".join(
+            f"{n} {cls} ({_CLASS_WORDS[cls]})" if cls in _CLASS_WORDS else f"{n} {cls}"
+            for cls, n in load.failures_by_class.items()
+        )
         allowed = f" (allowed: {f.max_failures})" if f.max_failures else ""
         out.append(
             Reason(
@@ -96,6 +105,42 @@ def _load_reasons(f: Findings) -> list[Reason]:
                 message=(
                     f"{load.usage_missing} successful requests had no usage block: their "
                     "tokens are unknown (not estimated)"
+                ),
+            )
+        )
+    if load.usage_disagrees:
+        out.append(
+            Reason(
+                code="usage_disagrees",
+                effect="note",
+                message=(
+                    f"{load.usage_disagrees} successful requests streamed more token chunks "
+                    f"than their usage reports (e.g. {load.usage_disagrees_example}): the "
+                    "server's usage looks wrong; token totals use it as reported"
+                ),
+            )
+        )
+    if load.empty_answers:
+        out.append(
+            Reason(
+                code="empty_answers",
+                effect="note",
+                message=(
+                    f"{load.empty_answers} successful requests streamed no token: the server "
+                    "said each generation finished (finish_reason, usage ≥ 1 token) at once"
+                ),
+            )
+        )
+    if load.stale_connection_retries:
+        out.append(
+            Reason(
+                code="stale_connection_retries",
+                effect="note",
+                message=(
+                    f"{load.stale_connection_retries} requests were resent once on a fresh "
+                    "connection: the server had closed the pooled connection before "
+                    "answering (no keep-alive, or its keep-alive timeout); a resend is no "
+                    "failure in itself, and is timed from the resend"
                 ),
             )
         )

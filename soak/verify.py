@@ -13,9 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from probes.gates import SuiteGate, gates_json
+from soak.coverage import coverage_problems, coverage_reasons
 from soak.engine_watch import restart_reasons
 from soak.fault_watch import fault_reasons
 from soak.faults import faults_from_events
@@ -26,7 +25,8 @@ from soak.journal import read_jsonl, sha256_file
 from soak.matrix import matrix_reasons
 from soak.matrix_run import matrix_from_journal
 from soak.reconcile import reconcile_reasons
-from soak.record import EXIT_CODES, LoadSummary, RunRecord, Status, load_record
+from soak.record import LoadSummary, RunRecord, Status, exit_code_for
+from soak.run_dir import RunDirError, journal_problems, load_run_record
 from soak.summary import LoadTiming, summarize_load
 from soak.thresholds import (
     ThresholdError,
@@ -50,13 +50,27 @@ def _diff(path: str, a: Any, b: Any, out: list[str]) -> None:
 
 
 def verify_run(run_dir: Path) -> list[str]:
-    """Differences between the record and the journals (empty: they agree)."""
+    """Differences between the record and the journals (empty: they agree).
+
+    Raises :class:`~soak.run_dir.RunDirError` when there is nothing to compare: not a
+    run directory, no record, a damaged record, or journal lines of the wrong shape.
+    """
+    rec = load_run_record(run_dir)
+    # Damage the record already owns up to (recover notes it) is agreement, not a finding.
+    noted = {r.message for r in rec.reasons if r.code == "journal_damaged"}
+    problems = [p for p in journal_problems(run_dir) if p not in noted]
     try:
-        rec = load_record(run_dir)
-    except FileNotFoundError:
-        return [f"{run_dir}: no record.json (a runner that died? try: soaktop recover {run_dir})"]
-    except ValidationError as e:
-        return [f"record.json does not match the schema: {e}"]
+        return problems + _differences(run_dir, rec)
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        # A line that parses as JSON but holds the wrong types (a hand edit, a disk
+        # error): the journals cannot be recomputed, so nothing can be said to agree.
+        raise RunDirError(
+            f"{run_dir}: the journals cannot be recomputed ({type(e).__name__}: {e}); "
+            + ("; ".join(problems) or "a journal line holds values of the wrong type")
+        ) from None
+
+
+def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
     problems: list[str] = []
     for name in HASHED_FILES:
         if (run_dir / name).exists() and name not in rec.files:
@@ -95,13 +109,15 @@ def verify_run(run_dir: Path) -> list[str]:
     )
     _diff("faults", {"faults": rec.faults}, {"faults": faults}, problems)
     _check_thresholds(rec, again, problems)
+    problems += coverage_problems(rec.telemetry)
     _check_verdict(rec, again, gates, problems)
     implied = status_of(rec.reasons)
     if rec.status is not implied:
         problems.append(f"status: record {rec.status.value}, its reasons imply {implied.value}")
-    if rec.exit_code != EXIT_CODES[rec.status]:
+    if rec.exit_code != exit_code_for(rec.status, rec.reasons):
         problems.append(
-            f"exit_code: record {rec.exit_code}, status implies {EXIT_CODES[rec.status]}"
+            f"exit_code: record {rec.exit_code}, the verdict implies "
+            f"{exit_code_for(rec.status, rec.reasons)}"
         )
     return problems
 
@@ -113,6 +129,9 @@ _DERIVED = {
     "load_failures",
     "no_completed_requests",
     "usage_missing",
+    "usage_disagrees",
+    "empty_answers",
+    "stale_connection_retries",
     "drain_deadline",
     "backoff",
     "cancelled",
@@ -132,6 +151,9 @@ _DERIVED = {
     "server_log_error",
     "health_outage",
     "health_slow",
+    "health_client_error",
+    "telemetry_lost",
+    "telemetry_missing",
     "reconcile_mismatch",
     "server_restart",
     "matrix_failures",
@@ -193,7 +215,10 @@ def _check_verdict(
             gates_configured=list(cfg.get("gates") or []),
             before_blocked=before_failed and not force and again is None,
             force_load=force,
-            extra=fault_reasons(rec.telemetry, load_start)
+            extra=fault_reasons(
+                rec.telemetry, load_start, float(cfg.get("client_overload_s", 10.0))
+            )
+            + coverage_reasons(rec.telemetry, list(cfg.get("require_telemetry") or []))
             + restart_reasons(rec.telemetry, load_start)
             + reconcile_reasons(rec.reconciliation, cfg.get("reconcile") == "strict")
             + (
