@@ -16,9 +16,12 @@ from typing import Any, Literal
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from soak.control import send_control
+from soak.record import EXIT_STORAGE
+from soak.safe_text import safe_line, safe_text
 from themes import SOAKTOP_THEMES, STYLESHEET
 from tui import keys
 from tui.ascii_scrollbar import use_ascii_scrollbars
@@ -122,6 +125,24 @@ class SoakTopApp(App[Outcome]):
         self._monitor = MonitorScreen()
         self.view: RunView = RunView(mode=mode, glyphs=self.glyphs, meta=self._meta)
 
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """A toast; its text made display-safe (it may quote a path, a note, an error)."""
+        super().notify(
+            safe_text(message),
+            title=safe_line(title),
+            severity=severity,
+            timeout=timeout,
+            markup=markup,
+        )
+
     # --- life cycle -----------------------------------------------------------------
 
     def get_default_screen(self) -> Screen[Any]:
@@ -135,7 +156,7 @@ class SoakTopApp(App[Outcome]):
         if self.settings.keymap:
             self.set_keymap(dict(self.settings.keymap))
         for notice in self.settings.notices:
-            self.notify(notice, title="settings", severity="warning", timeout=12)
+            self.notify(notice, title="settings", severity="warning", timeout=12, markup=False)
         if self.handle_signals:
             self._signals.install(
                 {
@@ -221,13 +242,23 @@ class SoakTopApp(App[Outcome]):
         self._runner_gone = True
         self._runner_rc = None if message.returncode == GONE else message.returncode
         log = self.run_dir / "runner.log"
-        self._set_notice(
-            f"the runner ended ({how_it_ended(message.returncode)}) without writing a record; "
-            f"its log: {log} "
-            f"(finish the record with: soaktop recover {self.run_dir})",
-            "error",
+        if message.returncode == EXIT_STORAGE:
+            self._set_notice(
+                f"the runner could not write its run directory (disk full, quota or I/O "
+                f"error; its log may say which) and no record fitted; free some space, "
+                f"then: soaktop recover {self.run_dir}",
+                "error",
+            )
+        else:
+            self._set_notice(
+                f"the runner ended ({how_it_ended(message.returncode)}) without writing a "
+                f"record; its log: {log} "
+                f"(finish the record with: soaktop recover {self.run_dir})",
+                "error",
+            )
+        self.notify(
+            f"runner ended without a record; see {log}", severity="error", timeout=30, markup=False
         )
-        self.notify(f"runner ended without a record; see {log}", severity="error", timeout=30)
         self.refresh_bindings()
         if self._exit_on_record:
             self.exit(self._final_outcome())
@@ -377,7 +408,7 @@ class SoakTopApp(App[Outcome]):
 
         def noted(note: str | None) -> None:
             if note is not None and self._send("mark", note):
-                self.notify(f"mark sent: {note or '(no note)'}")
+                self.notify(f"mark sent: {note or '(no note)'}", markup=False)
 
         self.push_screen(MarkScreen(), noted)
 
@@ -385,7 +416,9 @@ class SoakTopApp(App[Outcome]):
         try:
             send_control(self.run_dir, cmd, note)
         except OSError as e:
-            self.notify(f"could not write control.jsonl: {e}", severity="error", timeout=15)
+            self.notify(
+                f"could not write control.jsonl: {e}", severity="error", timeout=15, markup=False
+            )
             return False
         return True
 
@@ -398,7 +431,7 @@ class SoakTopApp(App[Outcome]):
     def set_theme(self, name: str) -> None:
         """Switch theme and say which."""
         self.theme = name
-        self.notify(f"theme: {name}", timeout=2)
+        self.notify(f"theme: {name}", timeout=2, markup=False)
 
     def action_pane(self, number: int) -> None:
         """1-7: focus and maximise a pane; the same key again restores the layout."""
@@ -483,9 +516,10 @@ class SoakTopApp(App[Outcome]):
         if self.run_over:
             self.exit(self._final_outcome())
         elif self.detach_allowed:
-            self.exit(Outcome("detached"))
+            self.exit(Outcome("detached", by_signal=True))
         else:
             # The demo's engine dies with this process: stop the run rather than orphan it.
+            # The frontend then waits (bounded) for the record before the engine goes.
             if self.owns_runner and self.runner is not None:
                 self.runner.signal(signal.SIGHUP)
             else:
@@ -495,7 +529,9 @@ class SoakTopApp(App[Outcome]):
     def _on_terminate(self) -> None:
         """SIGTERM/SIGINT: like headless mode, stop our runner gracefully and wait."""
         if self.run_over or not self.owns_runner or self.runner is None:
-            self.exit(self._final_outcome() if self.run_over else Outcome("detached"))
+            # Attached to someone else's run: a signal only detaches (exit 129, as headless).
+            detached = Outcome("detached", by_signal=True)
+            self.exit(self._final_outcome() if self.run_over else detached)
             return
         self.runner.signal(signal.SIGTERM)
         self._exit_on_record = True

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from soak.safe_text import safe_line
 from tui.glyphs import Glyphs
 
 
@@ -107,7 +108,9 @@ def pct(fraction: float | None, g: Glyphs) -> str:
 
 
 def clip(s: str, width: int, g: Glyphs) -> str:
-    """``s`` cut to ``width`` cells with an ellipsis when it does not fit."""
+    """``s`` made display-safe (escapes shown as ``\\x1b``: it is often a server's words)
+    and cut to ``width`` cells with an ellipsis when it does not fit."""
+    s = safe_line(s)
     if width <= 0:
         return ""
     if len(s) <= width:

@@ -11,13 +11,16 @@ where the runner's log is) is printed once the terminal is back.
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from soak.headless import EXIT_DETACHED, final_report
-from soak.record import EXIT_CODES, EXIT_USAGE, Status, load_record
+from soak.record import EXIT_CODES, EXIT_STORAGE, EXIT_USAGE, Status, load_record
+from soak.safe_text import safe_text
 from tui.app import SoakTopApp
 from tui.outcome import Outcome
 from tui.reader import read_record
@@ -29,6 +32,9 @@ if TYPE_CHECKING:
 
 RUNNER_EXIT_WAIT_S = 30.0
 """After the record appeared, how long to wait for our runner child to exit."""
+STOP_MARGIN_S = 60.0
+"""After a hang-up stopped the demo's run: its drain timeout plus this long (the cut
+gates, the summary, the record) is how long to wait for the record."""
 
 
 class TuiFrontend:
@@ -62,10 +68,15 @@ class TuiFrontend:
         """Live monitor of a runner this process started.
 
         Returns the record's exit code when the run finished (after "stop", the panes
-        stay up until record.json is written), 0 on detach (then prints how to
-        re-attach), 4 (aborted) when the runner died without a record. ``interval_s``
-        is headless mode's print interval; the monitor redraws on every snapshot.
-        ``detach_allowed=False`` (the demo): the quit dialog offers stop / cancel only.
+        stay up until record.json is written); 0 when the operator detached (``d``) and
+        129 on a hang-up (SIGHUP), as headless mode, both printing how to re-attach;
+        5 when the runner could not write its run directory and no record fitted; 4
+        (aborted) when the runner died otherwise without a record. ``interval_s`` is
+        headless mode's print interval; the monitor redraws on every snapshot.
+        ``detach_allowed=False`` (the demo): the quit dialog offers stop / cancel only,
+        and a hang-up is a graceful stop followed to its record (bounded by the run's
+        drain timeout plus ``STOP_MARGIN_S``), so the record is written before the
+        demo's engine goes.
         """
         del interval_s  # the panes follow every snapshot; see UiSettings.refresh_s
         app = SoakTopApp(
@@ -81,7 +92,22 @@ class TuiFrontend:
         if outcome is not None and outcome.kind == "finished":
             with contextlib.suppress(subprocess.TimeoutExpired):
                 handle.proc.wait(timeout=RUNNER_EXIT_WAIT_S)
+        if outcome is not None and outcome.kind == "hangup":
+            outcome = self._follow_stop(handle)
         return self._finish(outcome, handle.run_dir, handle.pid)
+
+    def _follow_stop(self, handle: RunnerHandle) -> Outcome:
+        """After a hang-up stopped the run (the demo): wait for the runner, as headless
+        mode does, then end as its exit says (``hangup`` again if it is still going)."""
+        try:
+            rc = handle.proc.wait(timeout=_stop_wait_s(handle.run_dir))
+        except subprocess.TimeoutExpired:
+            return Outcome("hangup")
+        record = read_record(handle.run_dir)
+        if record is not None:
+            code = record.get("exit_code")
+            return Outcome("finished", exit_code=code if isinstance(code, int) else None)
+        return Outcome("runner_died", returncode=rc)
 
     def attach(self, run_dir: Path) -> int:
         """Live monitor of a runner started elsewhere (its pid in ``runner.pid``); a run
@@ -117,11 +143,15 @@ class TuiFrontend:
     def _print(self, text: str) -> None:
         # The terminal may be gone (SSH dropped): never fail on the closing message.
         with contextlib.suppress(OSError, ValueError):
-            print(text, file=self.out or sys.stdout, flush=True)
+            print(safe_text(text), file=self.out or sys.stdout, flush=True)
+
+    def _warn(self, message: str) -> None:
+        """``soaktop: MESSAGE`` on stderr (display-safe; a gone terminal is no error)."""
+        with contextlib.suppress(OSError, ValueError):
+            print(f"soaktop: {safe_text(message)}", file=sys.stderr, flush=True)
 
     def _usage(self, message: str) -> int:
-        with contextlib.suppress(OSError, ValueError):
-            print(f"soaktop: {message}", file=sys.stderr, flush=True)
+        self._warn(message)
         return EXIT_USAGE
 
     def _finish(self, outcome: Outcome | None, run_dir: Path, pid: int | None) -> int:
@@ -141,10 +171,22 @@ class TuiFrontend:
                 f"  re-attach: soaktop attach {run_dir}\n"
                 f"  its record will be {run_dir / 'record.json'}"
             )
-            return 0
+            # A hang-up detaches like headless mode (129); the operator's `d` is a success.
+            return EXIT_DETACHED if outcome.by_signal else 0
         if outcome.kind == "hangup":
-            self._print("soaktop: terminal hung up; the run was asked to stop (drain, record)")
+            self._print(
+                "soaktop: terminal hung up; the run was asked to stop (drain, record) and "
+                f"has not written its record yet: {run_dir / 'record.json'}"
+            )
             return EXIT_DETACHED
+        if outcome.kind == "runner_died" and outcome.returncode == EXIT_STORAGE:
+            self._warn(
+                f"the runner could not write its run directory {run_dir} "
+                "(disk full, quota or I/O error: its runner.log may say which) and no record "
+                "fitted.\n"
+                f"  free some space, then: soaktop recover {run_dir}"
+            )
+            return EXIT_STORAGE
         if outcome.kind == "runner_died":
             rc = outcome.returncode
             how = "" if rc is None else f" ({f'signal {-rc}' if rc < 0 else f'exit code {rc}'})"
@@ -164,7 +206,21 @@ class TuiFrontend:
             self._print(f"soaktop: run finished; record: {run_dir / 'record.json'}")
             return exit_code if exit_code is not None else 1
         self._print(final_report(rec, run_dir))
+        for reason in rec.reasons:  # the cause on stderr too, where scripts look for it
+            if reason.code == "storage_error":
+                self._warn(reason.message)
         return rec.exit_code
+
+
+def _stop_wait_s(run_dir: Path) -> float:
+    """How long a stopped run may take to write its record: its drain timeout (from
+    ``config.json``; the default when unreadable) plus ``STOP_MARGIN_S``."""
+    drain = 120.0
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        value = json.loads((run_dir / "config.json").read_text())["drain_timeout_s"]
+        if isinstance(value, int | float) and math.isfinite(value) and value > 0:
+            drain = float(value)
+    return drain + STOP_MARGIN_S
 
 
 def _looks_like_run(run_dir: Path) -> bool:

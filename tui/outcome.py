@@ -17,6 +17,9 @@ class Outcome:
     """The record's exit code (``finished``)."""
     returncode: int | None = None
     """The runner's own exit status (``runner_died``), when known."""
+    by_signal: bool = False
+    """``detached`` by a signal (a hang-up; any signal to ``attach``), not by the operator's
+    ``d``: the CLI exits 129 then, as headless mode does."""
 
 
 def how_it_ended(returncode: int | None) -> str:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +119,40 @@ def view_app(run_dir: Path, **kw: Any) -> SoakTopApp:
     """A replay of a fixture run."""
     settings = kw.pop("settings", UiSettings())
     return SoakTopApp(run_dir, mode="view", settings=settings, **kw)
+
+
+# --- a real terminal: tmux ----------------------------------------------------------
+
+
+def tmux_capture(session: str) -> str:
+    """The tmux pane's screen as plain text (what the operator sees)."""
+    return subprocess.run(
+        ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=False
+    ).stdout
+
+
+def tmux_title(session: str) -> str:
+    """The pane's title: what an OSC 0/2 escape written to the terminal would set."""
+    return subprocess.run(
+        ["tmux", "display-message", "-p", "-t", session, "#{pane_title}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.rstrip("\n")
+
+
+def tmux_keys(session: str, *keys: str) -> None:
+    """Type ``keys`` (tmux key names: ``7``, ``Down``, ``Enter``) into the pane."""
+    subprocess.run(["tmux", "send-keys", "-t", session, *keys], check=True)
+
+
+def tmux_wait_for(session: str, ok: Callable[[str], bool], timeout_s: float) -> str:
+    """Poll the screen until ``ok(screen)``; the last screen in the error otherwise."""
+    deadline = time.monotonic() + timeout_s
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = tmux_capture(session)
+        if ok(screen):
+            return screen
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout_s} s; the screen was:\n{screen}")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -13,9 +16,11 @@ import pytest
 from textual.app import App
 from textual.pilot import Pilot
 
+from soak.headless import EXIT_DETACHED
+from soak.record import EXIT_STORAGE
 from tests.tui.helpers import HEALTHY, POST_LOAD_500, LiveRun, screen_text
 from tui.app import SoakTopApp
-from tui.frontend import TuiFrontend
+from tui.frontend import STOP_MARGIN_S, TuiFrontend
 from tui.panes import HeaderPane
 
 AutoPilot = Callable[[Pilot[Any]], Awaitable[None]]
@@ -154,3 +159,176 @@ def test_not_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert TuiFrontend().view(tmp_path) == 2
     assert TuiFrontend().attach(tmp_path / "missing") == 2
     assert "not a soaktop run directory" in capsys.readouterr().err
+
+
+def hang_up(app: App[Any], sig: signal.Signals = signal.SIGHUP) -> None:
+    """A real SIGHUP to this process, as a dropped SSH link sends — only once the app's
+    loop handler is in place (the default action would end the test run)."""
+    assert isinstance(app, SoakTopApp)
+    assert signal.getsignal(sig) is not signal.SIG_DFL, f"no {sig.name} handler yet"
+    os.kill(os.getpid(), sig)
+
+
+def test_follow_hangup_detaches_with_129_like_headless(
+    tmp_path: Path, headless: Callable[[AutoPilot], None]
+) -> None:
+    run = LiveRun(HEALTHY, tmp_path / "run")
+    run.write_until(5)
+
+    async def ssh_drops(pilot: Pilot[Any]) -> None:
+        await pilot.pause()
+        hang_up(pilot.app)
+        await pilot.pause()
+
+    headless(ssh_drops)
+    out = io.StringIO()
+    handle = FakeHandle(run.dir)
+    code = frontend(out).follow(handle, interval_s=10, detach_allowed=True)  # type: ignore[arg-type]
+    assert code == EXIT_DETACHED == 129  # what headless `follow` returns on a hang-up
+    assert f"re-attach: soaktop attach {run.dir}" in out.getvalue()
+    assert handle.signals == [] and not (run.dir / "control.jsonl").exists()  # it goes on
+
+
+class StoppingProc:
+    """The demo's runner after a forwarded SIGHUP: drains, writes its record, exits 1."""
+
+    def __init__(self, run: LiveRun, finishes: bool = True) -> None:
+        self.run = run
+        self.finishes = finishes
+        self.timeouts: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.timeouts.append(timeout)
+        if not self.finishes:
+            raise subprocess.TimeoutExpired("soak.runner", timeout or 0)
+        self.run.finish()
+        return 1
+
+
+def test_demo_hangup_waits_for_the_record_before_returning(
+    tmp_path: Path, headless: Callable[[AutoPilot], None]
+) -> None:
+    # Headless demo: SIGHUP is forwarded and followed to the record; the monitor agrees —
+    # the demo's engine is stopped only after follow() returns, so the record comes first.
+    run = LiveRun(POST_LOAD_500, tmp_path / "run")
+    run.write_until(8)
+
+    async def ssh_drops(pilot: Pilot[Any]) -> None:
+        await pilot.pause()
+        hang_up(pilot.app)
+        await pilot.pause()
+
+    headless(ssh_drops)
+    out = io.StringIO()
+    handle = FakeHandle(run.dir)
+    handle.proc = StoppingProc(run)  # type: ignore[assignment]
+    code = frontend(out).follow(handle, interval_s=10, detach_allowed=False)  # type: ignore[arg-type]
+    assert handle.signals == [signal.SIGHUP]  # a graceful stop, not a detach
+    assert (run.dir / "record.json").exists()
+    assert code == 1  # the record's FAILED, as headless returns it
+    assert out.getvalue().startswith("FAILED  tiny-sim__demo__vllm__soak__1130-053524")
+    drain = json.loads((run.dir / "config.json").read_text())["drain_timeout_s"]
+    assert handle.proc.timeouts == [drain + STOP_MARGIN_S]  # bounded
+
+
+def test_demo_hangup_whose_runner_does_not_finish_in_time(
+    tmp_path: Path, headless: Callable[[AutoPilot], None]
+) -> None:
+    run = LiveRun(HEALTHY, tmp_path / "run")
+    run.write_until(5)
+
+    async def ssh_drops(pilot: Pilot[Any]) -> None:
+        await pilot.pause()
+        hang_up(pilot.app)
+        await pilot.pause()
+
+    headless(ssh_drops)
+    out = io.StringIO()
+    handle = FakeHandle(run.dir)
+    handle.proc = StoppingProc(run, finishes=False)  # type: ignore[assignment]
+    code = frontend(out).follow(handle, interval_s=10, detach_allowed=False)  # type: ignore[arg-type]
+    assert code == EXIT_DETACHED and handle.signals == [signal.SIGHUP]
+    assert f"has not written its record yet: {run.dir / 'record.json'}" in out.getvalue()
+
+
+class DiskFullHandle(FakeHandle):
+    """A runner that exited 5 (EXIT_STORAGE): its directory could not be written."""
+
+    def poll(self) -> int | None:
+        return EXIT_STORAGE
+
+
+def test_disk_full_without_a_record_says_so_and_exits_5(
+    tmp_path: Path, headless: Callable[[AutoPilot], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = LiveRun(HEALTHY, tmp_path / "run")
+    run.write_until(5)
+    seen: list[str] = []
+
+    async def operator(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, SoakTopApp)
+        await app.poll_now()
+        await pilot.pause()
+        seen.append(" ".join(screen_text(app).split()))
+        await pilot.press("q")
+
+    headless(operator)
+    out = io.StringIO()
+    code = frontend(out).follow(DiskFullHandle(run.dir), interval_s=10, detach_allowed=True)  # type: ignore[arg-type]
+    assert code == EXIT_STORAGE
+    assert "could not write its run directory" in seen[0]
+    err = capsys.readouterr().err
+    assert f"soaktop: the runner could not write its run directory {run.dir} (disk full" in err
+    assert f"free some space, then: soaktop recover {run.dir}" in err
+    assert "died" not in out.getvalue() + err  # not "the runner died"
+
+
+def test_a_record_with_a_storage_error_says_it_on_stderr(
+    tmp_path: Path, headless: Callable[[AutoPilot], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = LiveRun(HEALTHY, tmp_path / "run")
+    run.write_until(5)
+    message = (
+        "the run directory could not be written: disk full (ENOSPC: No space left on "
+        "device) writing requests.jsonl at 4.1 s into the load; issuing stopped and "
+        "in-flight requests were cut (exit 5)"
+    )
+
+    async def operator(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, SoakTopApp)
+        run.finish()
+        rec = json.loads((run.dir / "record.json").read_text())
+        rec |= {"status": "ABORTED", "exit_code": EXIT_STORAGE}
+        rec["reasons"].insert(0, {"code": "storage_error", "effect": "aborted", "message": message})
+        (run.dir / "record.json").write_text(json.dumps(rec))
+        await app.poll_now()
+        await pilot.pause()
+        await pilot.press("q")
+
+    headless(operator)
+    out = io.StringIO()
+    code = frontend(out).follow(FakeHandle(run.dir), interval_s=10, detach_allowed=True)  # type: ignore[arg-type]
+    assert code == EXIT_STORAGE
+    assert out.getvalue().startswith("ABORTED  ") and f"[aborted] {message}" in out.getvalue()
+    assert capsys.readouterr().err == f"soaktop: {message}\n"
+
+
+def test_a_signal_to_attach_only_detaches_with_129(
+    tmp_path: Path, headless: Callable[[AutoPilot], None]
+) -> None:
+    # As headless `attach`: the run belongs to whoever started it; no stop is sent.
+    run = LiveRun(HEALTHY, tmp_path / "run")
+    run.write_until(5)
+
+    async def killed(pilot: Pilot[Any]) -> None:
+        await pilot.pause()
+        hang_up(pilot.app, signal.SIGTERM)
+        await pilot.pause()
+
+    headless(killed)
+    out = io.StringIO()
+    assert frontend(out).attach(run.dir) == EXIT_DETACHED
+    assert f"re-attach: soaktop attach {run.dir}" in out.getvalue()
+    assert not (run.dir / "control.jsonl").exists()

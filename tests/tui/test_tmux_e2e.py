@@ -14,10 +14,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.tui.helpers import tmux_capture as _capture
+from tests.tui.helpers import tmux_wait_for as _wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -26,23 +28,6 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_S = int(os.environ.get("SOAKTOP_TMUX_DEMO_S", "6"))
-
-
-def _capture(session: str) -> str:
-    return subprocess.run(
-        ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=False
-    ).stdout
-
-
-def _wait_for(session: str, ok: Callable[[str], bool], timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    screen = ""
-    while time.monotonic() < deadline:
-        screen = _capture(session)
-        if ok(screen):
-            return screen
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout_s} s; the screen was:\n{screen}")
 
 
 def test_demo_in_an_80x24_terminal(tmp_path: Path) -> None:

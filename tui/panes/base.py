@@ -8,6 +8,8 @@ from typing import ClassVar
 from textual.content import Content
 from textual.widget import Widget
 
+from soak.safe_text import safe_line
+from tui.glyphs import Glyphs
 from tui.runview import RunView
 
 Part = str | tuple[str, str] | Content
@@ -15,8 +17,29 @@ Part = str | tuple[str, str] | Content
 
 
 def line(*parts: Part) -> Content:
-    """One line from pieces (styles are theme variables such as ``$text-error``)."""
-    return Content.assemble(*parts)
+    """One line from pieces (styles are theme variables such as ``$text-error``).
+
+    Every text piece goes through :func:`~soak.safe_text.safe_line`: a server's error
+    message, model id or label value can hold terminal escapes, which are shown as
+    ``\\x1b`` here and never reach the terminal. ``Content`` is literal, so markup in
+    such text is shown as written, too."""
+    return Content.assemble(*(_safe(p) for p in parts))
+
+
+def _safe(part: Part) -> Part:
+    if isinstance(part, str):
+        return safe_line(part)
+    if isinstance(part, tuple):
+        return (safe_line(part[0]), part[1])
+    return part  # ready Content: built from safe pieces by whoever made it
+
+
+def fit(content: Content, width: int, g: Glyphs) -> Content:
+    """``content`` cut to ``width`` cells, with the glyph set's ellipsis when cut."""
+    if content.cell_length <= width:
+        return content
+    room = max(0, width - len(g.ellipsis))
+    return Content.assemble(content.truncate(room), g.ellipsis if room else "")
 
 
 def lines(rows: Iterable[Content | str]) -> Content:

@@ -11,18 +11,67 @@ from typing import Any
 
 from textual.content import Content
 
+from tui.coverage import lost_entry
+from tui.coverage import why as lost_why
 from tui.fmt import count, dicts, mapping, num, pct, rate, secs, text
 from tui.glyphs import Glyphs
-from tui.panes.base import Pane, line, lines, muted
+from tui.panes.base import Pane, fit, line, lines, muted
 from tui.runview import RunView
+
+_LOST_STYLE = "bold $text-error"
+
+
+def lost_parts(cov: Mapping[str, Any], endpoint: int | None, whys: bool = True) -> list[Any]:
+    """`` metrics LOST (HTTP 404) health LOST (timed out after 0.8 s)`` for a replica
+    whose ``/metrics`` or ``/health`` answered under half its samples during the load
+    (``whys=False``: without the reasons in brackets, for a narrow pane)."""
+    if endpoint is None:
+        return []
+    parts: list[Any] = []
+    for source, word in (("engine_metrics", "metrics"), ("health", "health")):
+        entry = lost_entry(cov, source, f"endpoint {endpoint}")
+        if entry is not None:
+            parts += [" ", (f"{word} LOST", _LOST_STYLE)]
+            parts += [muted(f" ({lost_why(entry)})")] if whys else []
+    return parts
 
 
 def replica_line(
-    eng: Mapping[str, Any], health: Mapping[str, Any] | None, width: int, g: Glyphs
+    eng: Mapping[str, Any],
+    health: Mapping[str, Any] | None,
+    width: int,
+    g: Glyphs,
+    cov: Mapping[str, Any] | None = None,
 ) -> Content:
-    """``e0 ok  run 16 wait 0 KV ██░░ 1%`` or why the replica has no numbers."""
+    """``e0 ok  run 16 wait 0 KV ██░░ 1%`` or why the replica has no numbers; a lost
+    ``/metrics`` or ``/health`` (``cov``: the snapshot's telemetry.coverage) says so after."""
     ep = num(eng, "endpoint")
     who = f"e{int(ep)}" if ep is not None else "e?"
+    cov = cov or {}
+    lost = lost_parts(cov, None if ep is None else int(ep))
+    if not lost:
+        return _replica(eng, health, who, width, g)
+    metrics_lost = lost_entry(cov, "engine_metrics", f"endpoint {int(ep or 0)}") is not None
+    down = health is not None and health.get("ok") is False
+    if metrics_lost and (text(eng, "status") or "ok") != "ok" and not down:
+        # "scrape failed" says less than "metrics LOST (HTTP 404)": the loss stands alone.
+        return fit(line((f"{who:<3}", "bold"), *lost[1:]), width, g)
+    # The numbers keep the room they need (a 38-column pane: the compact form); the
+    # reasons in brackets go first when there is none left for them (4 maximises).
+    full = _replica(eng, health, who, max(38, width - _cells(lost)), g).append(line(*lost))
+    if full.cell_length > width:
+        lost = lost_parts(cov, None if ep is None else int(ep), whys=False)
+        full = _replica(eng, health, who, width - _cells(lost), g).append(line(*lost))
+    return fit(full, width, g)
+
+
+def _cells(parts: list[Any]) -> int:
+    return line(*parts).cell_length
+
+
+def _replica(
+    eng: Mapping[str, Any], health: Mapping[str, Any] | None, who: str, width: int, g: Glyphs
+) -> Content:
     status = text(eng, "status") or "ok"
     state = text(health, "state") if health else None
     down = health is not None and health.get("ok") is False
@@ -100,6 +149,7 @@ class ConcurrencyPane(Pane):
             for h in dicts(view.telemetry, "health")
             if num(h, "endpoint") is not None
         }
+        cov = mapping(view.telemetry, "coverage")
         if not engines:
             out.append(line(muted("no engine metrics")))
         room = max(1, height - 2)
@@ -108,7 +158,8 @@ class ConcurrencyPane(Pane):
                 out.append(line(muted(f"+{len(engines) - i} more replicas (4 to maximise)")))
                 break
             ep = num(eng, "endpoint")
-            out.append(replica_line(eng, health.get(int(ep)) if ep is not None else None, width, g))
+            hl = health.get(int(ep)) if ep is not None else None
+            out.append(replica_line(eng, hl, width, g, cov))
         client = mapping(view.snapshot, "client")
         if client and height > len(out):
             out.append(

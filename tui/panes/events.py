@@ -16,6 +16,7 @@ from textual.message import Message
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from soak.safe_text import safe_line
 from tui.fmt import SEVERITY_STYLES, mapping, mmss, text
 from tui.glyphs import Glyphs
 from tui.panes.base import line, muted
@@ -83,7 +84,7 @@ def failure_summary(view: RunView) -> str:
     if not items:
         return ""
     sep = " | " if view.glyphs.ascii else " · "
-    return "failures: " + sep.join(f"{n} {k}" for k, n in items)
+    return safe_line("failures: " + sep.join(f"{n} {k}" for k, n in items))
 
 
 class EventList(OptionList):

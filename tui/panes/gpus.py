@@ -7,9 +7,10 @@ from typing import Any
 
 from textual.content import Content
 
+from tui.coverage import answered, coverage, lost_entries, why
 from tui.fmt import dicts, num, pct, text
 from tui.glyphs import Glyphs
-from tui.panes.base import Pane, line, lines, muted
+from tui.panes.base import Pane, fit, line, lines, muted
 from tui.runview import RunView
 
 
@@ -125,6 +126,31 @@ def gpu_summary(gpus: list[Mapping[str, Any]], g: Glyphs) -> list[Content]:
     return [first, second]
 
 
+GPU_SOURCES = (("dcgm", "DCGM"), ("nvml", "NVML"))
+"""The coverage sources of GPU telemetry, with their names on screen."""
+
+
+def lost_sources(cov: Mapping[str, Any], width: int, g: Glyphs) -> list[Content]:
+    """``DCGM exporter 0 LOST: 0/16 (HTTP 404)`` (answered of expected samples, the main
+    failure): one line per GPU source that answered under half its samples during the
+    load (its GPUs' rows, if any, are stale)."""
+    out = []
+    for source, word in GPU_SOURCES:
+        for key, entry in lost_entries(cov, source):
+            out.append(
+                fit(
+                    line(
+                        (f"{word} {key} LOST", "bold $text-error"),
+                        f": {answered(entry)} ",
+                        muted(f"({why(entry)})"),
+                    ),
+                    width,
+                    g,
+                )
+            )
+    return out
+
+
 class GpuPane(Pane):
     """GPU telemetry as the runner's sources (NVML, DCGM) report it; never invented."""
 
@@ -133,13 +159,21 @@ class GpuPane(Pane):
 
     def build(self, view: RunView, width: int, height: int) -> Content:
         g = view.glyphs
+        lost = lost_sources(coverage(view), width, g)[:height]
+        rest = self._gpus(view, width, height - len(lost)) if height > len(lost) else []
+        if lost and not dicts(view.telemetry, "gpus"):
+            rest = []  # not "no GPU source": there is one, and it is lost
+        return lines([*lost, *rest])
+
+    def _gpus(self, view: RunView, width: int, height: int) -> list[Content]:
+        g = view.glyphs
         gpus = dicts(view.telemetry, "gpus")
         if not gpus:
-            return lines([line(muted("no GPU source"))])
+            return [line(muted("no GPU source"))]
         multi = len({num(x, "url_index") for x in gpus}) > 1
         if len(gpus) < height:
             rows = [gpu_row(x, gpu_label(x, multi), width, g) for x in gpus]
-            return lines([heading(bar_width(width)), *rows])
+            return [heading(bar_width(width)), *rows]
         out = gpu_summary(gpus, g)
         if height > len(out) + 1:
             out.append(heading(bar_width(width)))
@@ -150,4 +184,4 @@ class GpuPane(Pane):
             out.append(gpu_row(x, gpu_label(x, multi), width, g))
         if len(ranked) > room > 0:
             out[-1] = line(muted(f"+{len(ranked) - room + 1} more GPUs (6 to maximise)"))
-        return lines(out[:height])
+        return out[:height]

@@ -7,8 +7,21 @@ from typing import Any
 
 from textual.content import Content
 
-from tui.fmt import clip, dicts, mapping, mmss, num, phase_label, rate, secs, status_style, text
-from tui.panes.base import Pane, line, lines, muted
+from tui.coverage import SOURCE_WORDS, answered, coverage, lost_so_far, short_key
+from tui.fmt import (
+    clip,
+    dicts,
+    mapping,
+    mmss,
+    num,
+    pct,
+    phase_label,
+    rate,
+    secs,
+    status_style,
+    text,
+)
+from tui.panes.base import Pane, fit, line, lines, muted
 from tui.runview import RunView
 
 _NOTICE_STYLES = {
@@ -53,7 +66,13 @@ def phase_progress(view: RunView) -> tuple[str, float | None]:
 
 
 def verdict_so_far(view: RunView) -> list[str]:
-    """Counts an operator watches before the verdict: failures, faults, failed probes."""
+    """Counts an operator watches before the verdict: failures, faults, failed probes,
+    then each telemetry source lost so far (``engine /metrics e0 lost``; see
+    :func:`telemetry_so_far` for which of them fail the run)."""
+    return _counts(view) + [f"{lost.label} lost" for lost in lost_so_far(view)]
+
+
+def _counts(view: RunView) -> list[str]:
     snap = view.snapshot
     out = []
     failed = num(snap, "load", "failed")
@@ -72,6 +91,15 @@ def verdict_so_far(view: RunView) -> list[str]:
     if breached:
         out.append(f"{len(breached)} threshold{'s' if len(breached) != 1 else ''} breached")
     return out
+
+
+def telemetry_so_far(view: RunView) -> list[tuple[str, str]]:
+    """The lost sources as styled pieces: failed (``--require-telemetry``) like a failed
+    verdict, a note as a warning."""
+    return [
+        (f"{lost.label} lost", status_style("FAILED") if lost.failed else "$text-warning")
+        for lost in lost_so_far(view)
+    ]
 
 
 class HeaderPane(Pane):
@@ -130,9 +158,18 @@ class HeaderPane(Pane):
         reasons = view.reasons
         word = (f" {status} ", f"reverse {status_style(status)}")
         if status == "running":
-            so_far = verdict_so_far(view)
-            tail = ", ".join(so_far) if so_far else "no failures so far"
-            return [line(("verdict ", "dim"), (status, "bold"), " ", muted(f"{g.sep} {tail}"))]
+            counts = _counts(view)
+            lost = telemetry_so_far(view)
+            tail = ", ".join(counts) if counts or lost else "no failures so far"
+            parts: list[Any] = [
+                ("verdict ", "dim"),
+                (status, "bold"),
+                " ",
+                muted(f"{g.sep} {tail}"),
+            ]
+            for i, piece in enumerate(lost):
+                parts += [muted(", ") if i or counts else "", piece]
+            return [fit(line(*parts), width, g)]
         if not reasons:
             return [line(word)]
         shown = [r for r in reasons if r.get("effect") != "note"] or reasons
@@ -176,6 +213,7 @@ class HeaderPane(Pane):
                     f"fds {_int(num(client, 'open_files'), g)}/{_int(num(client, 'fd_limit'), g)}",
                 )
             )
+        out += _coverage_lines(view, width)
         at_end = view.cursor is None or view.cursor.index == view.cursor.total - 1
         if view.record is not None and at_end:
             out += _record_lines(view.record, view)
@@ -184,6 +222,32 @@ class HeaderPane(Pane):
 
 def _int(v: float | None, g: Any) -> str:
     return g.missing if v is None else str(int(v))
+
+
+def _coverage_lines(view: RunView, width: int) -> list[Content]:
+    """Every telemetry source's coverage of the load so far, one row each (maximised)."""
+    g = view.glyphs
+    rows = [
+        (source, key, e)
+        for source, keys in coverage(view).items()
+        if isinstance(keys, Mapping)
+        for key, e in keys.items()
+        if isinstance(e, Mapping)
+    ]
+    if not rows:
+        return []
+    out = [line(muted(f"{'telemetry':<30} {'answered':>9} {'share':>5}  why"))]
+    for source, key, e in rows:
+        lost = e.get("lost") is True
+        word = SOURCE_WORDS.get(source, source)
+        name = word if key == source else f"{word} {short_key(key)}"  # "host sampling"
+        parts: list[Any] = [
+            f"{clip(name, 30, g):<30} {answered(e):>9} {pct(num(e, 'share'), g):>5}  ",
+            ("LOST ", "bold $text-error") if lost else "",
+            muted(text(e, "why") or ""),
+        ]
+        out.append(fit(line(*parts), width, g))
+    return out
 
 
 def _record_lines(record: Mapping[str, Any], view: RunView) -> list[Content]:

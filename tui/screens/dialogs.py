@@ -12,6 +12,8 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from soak.safe_text import safe_line
+
 
 class QuitScreen(ModalScreen[str | None]):
     """Leaving a live run: stop it gracefully, detach from it, or stay.
@@ -45,7 +47,7 @@ class QuitScreen(ModalScreen[str | None]):
                     Content.assemble(
                         ("Detach", "bold"),
                         ": the runner keeps going on its own; re-attach with\n"
-                        f"  soaktop attach {self.run_dir}",
+                        f"  soaktop attach {safe_line(self.run_dir)}",
                     )
                 )
             else:

@@ -14,6 +14,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from soak.safe_text import safe_line, safe_text
 from tui.fmt import mmss, text
 from tui.panes.events import EventRow
 
@@ -51,7 +52,12 @@ def read_evidence(run_dir: Path, name: str) -> str:
 
 
 def detail_text(row: EventRow, run_dir: Path) -> str:
-    """Everything about the row as plain text."""
+    """Everything about the row as display-safe text (escapes in the server's words, the
+    data and the evidence shown as ``\\x1b``; the files keep the exact bytes)."""
+    return safe_text(_detail(row, run_dir))
+
+
+def _detail(row: EventRow, run_dir: Path) -> str:
     e = row.first
     out = [
         f"time      +{mmss(e.t)} ({e.t:.3f} s into the run), {e.wall or 'no wall time'}",
@@ -86,7 +92,7 @@ class EventDetailScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog detail"):
-            yield Label(f"Event: {self.row.first.kind}", classes="dialog-title")
+            yield Label(Content(f"Event: {safe_line(self.row.first.kind)}"), classes="dialog-title")
             with VerticalScroll():
                 # Content(...) not markup: messages and evidence contain square brackets.
                 yield Static(Content(detail_text(self.row, self.run_dir)), id="event-body")
