@@ -45,7 +45,7 @@ REQUIRE_KINDS: dict[str, tuple[str, ...]] = {
 }
 """``--require-telemetry`` names → the coverage sources each one stands for."""
 
-_WORDS = {
+SOURCE_WORDS = {
     "engine_metrics": "engine /metrics",
     "health": "/health",
     "server_log": "server log",
@@ -53,6 +53,7 @@ _WORDS = {
     "nvml": "NVML",
     "host": "host sampling",
 }
+"""The operator's word for each coverage source (reasons and the monitor say these)."""
 _KIND_OF = {src: kind for kind, sources in REQUIRE_KINDS.items() for src in sources}
 
 
@@ -193,11 +194,12 @@ def coverage_reasons(telemetry: Mapping[str, Any], required: Iterable[str] = ())
             why = e.get("why") or "no sample taken"
             share = e.get("share") or 0.0
             tail = f"; required (--require-telemetry {kind})" if kind in need else ""
+            word = SOURCE_WORDS.get(source, source)
             out.append(
                 Reason(
                     code="telemetry_lost",
                     effect="failed" if kind in need else "note",
-                    message=f"{_WORDS.get(source, source)} of {key} answered {e.get('answered')}"
+                    message=f"{word} of {key} answered {e.get('answered')}"
                     f" of {e.get('expected')} expected samples during the load "
                     f"({share:.0%}; {why}): its telemetry was lost{tail}",
                 )

@@ -21,15 +21,6 @@ from tui.runview import RunView
 LOSS_CODES = frozenset({"telemetry_lost", "telemetry_missing"})
 """Reason codes the runner gives a lost (or required and absent) telemetry source."""
 
-SOURCE_WORDS = {
-    "engine_metrics": "engine /metrics",
-    "health": "/health",
-    "server_log": "server log",
-    "dcgm": "DCGM",
-    "nvml": "NVML",
-    "host": "host sampling",
-}
-"""The operator's word for each coverage source (unknown sources pass through)."""
 
 _LOST_MESSAGE = re.compile(r"^(?P<source>.+?) of (?P<key>.+?) answered ")
 """``engine /metrics of endpoint 0 answered 0 of 16 ...`` (``soak.coverage``'s words)."""
