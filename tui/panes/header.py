@@ -7,7 +7,8 @@ from typing import Any
 
 from textual.content import Content
 
-from tui.coverage import SOURCE_WORDS, answered, coverage, lost_so_far, short_key
+from soak.coverage import SOURCE_WORDS
+from tui.coverage import answered, coverage, lost_so_far, short_key
 from tui.fmt import (
     clip,
     dicts,
