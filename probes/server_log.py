@@ -103,6 +103,18 @@ XID_MEANING: dict[int, str] = {
 }
 """Xids that matter in inference (ENGINE_FACTS.md)."""
 
+XID_UNKNOWN = "not in soaktop's Xid table (see NVIDIA's Xid catalogue)"
+"""The words for an Xid soaktop has none for, on every path (NVML, DCGM, server log)."""
+
+
+def xid_meaning(xid: int, exporter_words: str | None = None) -> str:
+    """Words for an Xid: soaktop's table first, then a DCGM exporter's own ``err_msg``,
+    else :data:`XID_UNKNOWN`. The one place every source words an Xid."""
+    if xid in XID_MEANING:
+        return XID_MEANING[xid]
+    return exporter_words or XID_UNKNOWN
+
+
 _XID_ERROR_ONLY = frozenset({13, 31, 43, 45, 63, 92, 94})
 """Faults of one application, or events the driver recorded and contained: ``error``.
 Any other Xid means the GPU itself needs attention: ``critical``."""
@@ -174,7 +186,7 @@ def _match(text: str) -> tuple[str, Severity, str] | None:
     # is the illegal memory access; a traceback header is the least specific of all.
     if m := _XID.search(text):
         xid, where = int(m.group(2)), m.group(1)
-        meaning = XID_MEANING.get(xid, "see NVIDIA's Xid catalogue")
+        meaning = xid_meaning(xid)
         severity: Severity = "error" if xid in _XID_ERROR_ONLY else "critical"
         return "xid", severity, f"Xid {xid} on PCI:{where}: {meaning}"
     if _OOM.search(text):

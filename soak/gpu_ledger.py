@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from probes.dcgm import GpuReading
-from probes.server_log import XID_MEANING
+from probes.server_log import xid_meaning
 from soak.events import EventLog, Severity
 from soak.record import Reason
 
@@ -39,15 +39,6 @@ MAX_REASONS = 50
 """At most this many fault reasons reach the verdict; one more says how many were left out."""
 
 _Effect = Literal["failed", "note"]
-
-
-def xid_meaning(xid: int, exporter_words: str | None = None) -> str:
-    """Words for an Xid: soaktop's table first, then the exporter's own ``err_msg``."""
-    if xid in XID_MEANING:
-        return XID_MEANING[xid]
-    if exporter_words:
-        return exporter_words
-    return "not in soaktop's Xid table (see NVIDIA's Xid catalogue)"
 
 
 @dataclass
@@ -78,6 +69,10 @@ class GpuState:
     max_temp: float | None = None
     max_power: float | None = None
     last_xid: int | None = None
+    """The GPU's last Xid, whichever way it came: the gauge's value (DCGM; 0: none since
+    the exporter started) or the last Xid event (NVML; None until one). The one copy the
+    snapshot (:meth:`GpuLedger.view_entry`) and the record (``summary_entry``) both read:
+    a reading's own ``last_xid`` is only the gauge, and NVML readings never carry one."""
     xid_events: list[dict[str, Any]] = field(default_factory=list)
     xid_events_dropped: int = 0
     ecc_last: int | None = None
@@ -352,8 +347,9 @@ class GpuLedger:
         return g.tag | {"index": g.index, "name": g.name, "host": g.host}
 
     def view_entry(self, g: GpuState) -> dict[str, object]:
-        """The snapshot entry: latest values (None: not exported / not supported), or
-        just the status when the GPU is not ``ok`` or has no reading yet."""
+        """The snapshot entry: latest values (None: not exported / not supported), the
+        GPU's ``last_xid`` (from :attr:`GpuState.last_xid`, as the record's) and fault count,
+        or just the status when the GPU is not ``ok`` or has no reading yet."""
         r = g.latest
         if g.status != "ok":
             return self.ident(g) | {"status": g.status}
@@ -371,7 +367,7 @@ class GpuLedger:
             "power_limit_w": r.power_limit_w,
             "sm_clock_mhz": r.sm_clock_mhz,
             "throttle": list(r.throttle) if r.throttle is not None else None,
-            "last_xid": r.last_xid,
+            "last_xid": g.last_xid,
             "faults": g.faults,
         }
 

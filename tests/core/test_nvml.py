@@ -602,7 +602,10 @@ async def test_started_watch_reads_periodically_and_stops_fast(nvml, tmp_path):
     reads = watch.reads
     await asyncio.sleep(0.15)
     assert watch.reads == reads  # nothing reads after stop
-    assert watch.view()[0]["status"] == "ok"  # the last values stay for the final snapshot
+    view = watch.view()
+    assert view[0]["status"] == "ok"  # the last values stay for the final snapshot
+    # the Xid event is in the snapshot entry as in the record (the pane's "XID 31")
+    assert view[1]["last_xid"] == watch.summary()[1]["last_xid"] == 31
 
 
 async def test_a_failing_and_a_hung_read_withdraw_the_values(nvml, tmp_path, monkeypatch):
