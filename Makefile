@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-real real-engine-env lint bench clean
+.PHONY: setup demo test test-real real-engine-env lint check bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# Day-to-day loop (under a minute on 2 cores): lint, types, layer contracts and the pure
+# and seam tests — no real processes, no browser, no tmux, no real engine.
+FAST_TESTS := tests/core tests/loadgen tests/probes tests/simengine
+check: lint
+	$(BIN)/pytest -q -p no:cacheprovider -m "not e2e and not real_engine and not gpu" $(FAST_TESTS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/client_cost.py $(ARGS)

@@ -119,9 +119,8 @@ class BodyBuilder:
         limits = [extra.get("max_tokens", self.max_tokens)]
         if "max_completion_tokens" in extra:
             limits.append(extra["max_completion_tokens"])
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in limits):
-            return max(limits)
-        return None
+        whole = [v for v in limits if isinstance(v, int) and not isinstance(v, bool)]
+        return max(whole) if len(whole) == len(limits) else None
 
     @property
     def path(self) -> str:
@@ -129,7 +128,9 @@ class BodyBuilder:
         return "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
 
 
-def _shuffled(texts: Sequence[str], seed: int, nominal: Sequence[int | None] | None = None):
+def _shuffled(
+    texts: Sequence[str], seed: int, nominal: Sequence[int | None] | None = None
+) -> tuple[Prompt, ...]:
     order = list(range(len(texts)))
     random.Random(seed).shuffle(order)
     return tuple(

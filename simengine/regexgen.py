@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import re
 import string
+from typing import Literal
 
 _DIGITS = string.digits
 _WORD = string.ascii_letters + string.digits + "_"
@@ -18,8 +19,11 @@ _SPACE = " "
 _ANY = string.ascii_letters + string.digits
 _PRINTABLE = string.ascii_letters + string.digits + " -_.,:;!?@#"
 
-# AST nodes: ("chars", str) | ("seq", [node]) | ("alt", [node]) | ("rep", node, lo, hi)
-Node = tuple
+# AST nodes: ("chars", pool) | ("seq", [node]) | ("alt", [node]) | ("rep", node, lo, hi)
+Chars = tuple[Literal["chars"], str]
+Group = tuple[Literal["seq", "alt"], list["Node"]]
+Rep = tuple[Literal["rep"], "Node", int, int]
+Node = Chars | Group | Rep
 
 
 class _Parser:
@@ -146,17 +150,17 @@ class _Parser:
 
 
 def _gen(node: Node, rng: random.Random, out: list[str]) -> None:
-    kind = node[0]
-    if kind == "chars":
-        out.append(rng.choice(node[1]))
-    elif kind == "seq":
-        for child in node[1]:
-            _gen(child, rng, out)
-    elif kind == "alt":
-        _gen(rng.choice(node[1]), rng, out)
-    elif kind == "rep":
-        for _ in range(rng.randint(node[2], node[3])):
-            _gen(node[1], rng, out)
+    match node:
+        case ("chars", pool):
+            out.append(rng.choice(pool))
+        case ("seq", children):
+            for child in children:
+                _gen(child, rng, out)
+        case ("alt", branches):
+            _gen(rng.choice(branches), rng, out)
+        case ("rep", child, lo, hi):
+            for _ in range(rng.randint(lo, hi)):
+                _gen(child, rng, out)
 
 
 def generate(pattern: str, rng: random.Random) -> tuple[str, bool]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from simengine import regexgen
@@ -85,7 +86,7 @@ class SchemaGenerator:
                 kind = "array"
             else:
                 kind = "string"
-        maker = {
+        makers: dict[str, Callable[[dict[str, Any], int], Any]] = {
             "object": self._object,
             "array": self._array,
             "string": self._string,
@@ -93,7 +94,8 @@ class SchemaGenerator:
             "number": self._number,
             "boolean": lambda s, d: self.rng.random() < 0.5,
             "null": lambda s, d: None,
-        }.get(kind)
+        }
+        maker = makers.get(kind)
         if maker is None:
             self.notes.append(f"unknown type {kind!r}: produced a string")
             maker = self._string

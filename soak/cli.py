@@ -15,7 +15,7 @@ import argparse
 import math
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -123,7 +123,7 @@ def _short(text: str) -> str:
     return repr(text) if len(text) <= 80 else f"{text[:60]!r}… ({len(text)} characters)"
 
 
-def _number(kind: type[int] | type[float], what: str) -> Any:
+def _number(kind: type[int] | type[float], what: str) -> Callable[[str], int | float]:
     """An argparse ``type`` that says what is allowed when the text is not a number (the
     range itself is the config's check, which names the field and the bounds)."""
     noun = "a whole number" if kind is int else "a number"
@@ -139,7 +139,9 @@ def _number(kind: type[int] | type[float], what: str) -> Any:
     return parse
 
 
-def _bounded(kind: type[int] | type[float], lo: float, hi: float, what: str) -> Any:
+def _bounded(
+    kind: type[int] | type[float], lo: float, hi: float, what: str
+) -> Callable[[str], int | float]:
     """An argparse ``type`` for a flag that is not a config field (display, demo)."""
     parse = _number(kind, what)
 

@@ -48,7 +48,7 @@ def parse_wins(text: str) -> int | None:
     return n
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``decide`` (dispatched through ``ns.handler``)."""
     p = sub.add_parser(
         "decide",

@@ -20,7 +20,7 @@ from soak.record import EXIT_USAGE
 from soak.safe_text import safe_json, safe_text
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``compare``, ``runs`` and ``report``."""
     cmp = sub.add_parser(
         "compare",

@@ -634,8 +634,7 @@ def _caveats(
 
     # run health
     not_passed = [
-        f"{role} {rec.status.value}"
-        + (f" ({rec.reasons[0].message})" if rec.reasons and rec.status != Status.PASSED else "")
+        f"{role} {rec.status.value}" + (f" ({rec.reasons[0].message})" if rec.reasons else "")
         for role, rec in runs.items()
         if rec.status != Status.PASSED
     ]

@@ -51,7 +51,9 @@ def _source_kind(ev: dict[str, Any]) -> tuple[str, str]:
     return "server log", str(data.get("fault") or "log")
 
 
-def faults_from_events(events: Iterable[dict[str, Any]], load_start_s: float | None) -> list[dict]:
+def faults_from_events(
+    events: Iterable[dict[str, Any]], load_start_s: float | None
+) -> list[dict[str, Any]]:
     """Every fault, restart and endpoint-down event: ``time_s`` relative to the load start
     (None when no load ran; ``t_s`` is always since the run's origin), ``source``,
     ``kind``, ``severity``, ``detail`` (the event's words), and the replica or GPU."""

@@ -143,7 +143,9 @@ def reconcile_window(
     return out
 
 
-def _counter(status: str, client: int, server: float | None, why: str | None = None) -> dict:
+def _counter(
+    status: str, client: int, server: float | None, why: str | None = None
+) -> dict[str, Any]:
     """One counter's comparison, with both numbers and how far apart they are."""
     item: dict[str, Any] = {"status": status, "client": client, "server": server}
     if server is not None:

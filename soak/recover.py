@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -90,9 +91,11 @@ def _put_back(cut: dict[Path, bytes]) -> None:
             fh.write(torn)
 
 
-def _timing_from_events(run_dir: Path, config: dict) -> tuple[LoadTiming | None, list[PhaseSpan]]:
+def _timing_from_events(
+    run_dir: Path, config: dict[str, Any]
+) -> tuple[LoadTiming | None, list[PhaseSpan]]:
     phases: list[PhaseSpan] = [PhaseSpan(name="identity", start_s=0.0)]
-    barrier: dict = {}
+    barrier: dict[str, Any] = {}
     last_t = 0.0
     for ev in read_jsonl(run_dir / "events.jsonl"):
         last_t = max(last_t, ev.get("t", 0.0))

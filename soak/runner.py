@@ -61,7 +61,15 @@ from soak.journal import (
 from soak.matrix import CellResult, MatrixSummary, parse_matrix
 from soak.matrix_run import MatrixRun
 from soak.nvml_watch import NvmlWatch
-from soak.record import EXIT_STORAGE, EXIT_USAGE, EndpointIdentity, PhaseSpan, write_atomic
+from soak.parse_worker import off_loop_parser
+from soak.record import (
+    EXIT_STORAGE,
+    EXIT_USAGE,
+    EndpointIdentity,
+    PhaseSpan,
+    Reason,
+    write_atomic,
+)
 from soak.redact import Redactor
 from soak.redact_run import RedactingStream, RedactingWriter, redactor_for_run, run_id_model
 from soak.runid import create_run_dir, make_run_id
@@ -392,7 +400,7 @@ class Runner:
             loop_lag_s=lag,
         )
 
-    def write_snapshot(self, status: str = "running", reasons: list | None = None) -> None:
+    def write_snapshot(self, status: str = "running", reasons: list[Reason] | None = None) -> None:
         """Append one snapshot (also flushes aggregated failure counts as an event)."""
         if self._unreported:
             more = ", ".join(f"{n} {c}" for c, n in self._unreported.items())
@@ -547,6 +555,7 @@ class Runner:
                     scrub=self.redactor.obj,
                     events=self.events,
                     window=self.window,
+                    parser=off_loop_parser(),  # /metrics is parsed off the loop
                 )
                 self.engines.start()
                 self.faults = FaultWatch(
@@ -588,6 +597,7 @@ class Runner:
                             ignore_xid=self.config.ignore_xid,
                             when=self.when,
                             window=self.window,
+                            parser=off_loop_parser("DCGM parser"),
                         )
                     )
                 for source in self.gpu_sources:
