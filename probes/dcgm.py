@@ -250,10 +250,10 @@ def _bool(x: float | None) -> bool | None:
     return None if x is None else x != 0
 
 
-async def scrape_dcgm(client: httpx.AsyncClient, url: str, origin_ns: int = 0) -> DcgmSample:
-    """GET the exporter's ``/metrics`` once (``url`` with or without ``/metrics``). A failure
-    is a sample with ``error`` set, never a raise; so is an answer without any GPU field
-    (a wrong URL, e.g. an engine's own ``/metrics``)."""
+async def fetch_dcgm(
+    client: httpx.AsyncClient, url: str, origin_ns: int = 0
+) -> tuple[float, bytes] | DcgmSample:
+    """GET the exporter's ``/metrics`` once: (t, page), or a sample with ``error`` set."""
     t = (time.perf_counter_ns() - origin_ns) / 1e9
     try:
         r = await client.get(_metrics_url(url))
@@ -262,10 +262,32 @@ async def scrape_dcgm(client: httpx.AsyncClient, url: str, origin_ns: int = 0) -
         return DcgmSample(t=t, error=error)
     if r.status_code != 200:
         return DcgmSample(t=t, error=f"HTTP {r.status_code}")
-    try:
-        readings = parse_dcgm(r.text)
-    except ValueError as e:
-        return DcgmSample(t=t, error=f"unparsable /metrics: {e}")
+    return t, r.content
+
+
+def dcgm_sample(t: float, readings: list[GpuReading]) -> DcgmSample:
+    """The sample of parsed readings: an answer without any GPU field is an error (a
+    wrong URL, e.g. an engine's own ``/metrics``)."""
     if not readings:
         return DcgmSample(t=t, error="no DCGM GPU fields in /metrics (not a dcgm-exporter?)")
     return DcgmSample(t=t, readings=readings)
+
+
+def parse_dcgm_page(body: bytes) -> list[GpuReading]:
+    """``parse_dcgm`` of fetched bytes (UTF-8, other bytes replaced); ValueError as it."""
+    return parse_dcgm(body.decode("utf-8", errors="replace"))
+
+
+async def scrape_dcgm(client: httpx.AsyncClient, url: str, origin_ns: int = 0) -> DcgmSample:
+    """GET the exporter's ``/metrics`` once (``url`` with or without ``/metrics``) and parse
+    it on the caller's loop. A failure is a sample with ``error`` set, never a raise; so is
+    an answer without any GPU field."""
+    got = await fetch_dcgm(client, url, origin_ns)
+    if isinstance(got, DcgmSample):
+        return got
+    t, body = got
+    try:
+        readings = parse_dcgm_page(body)
+    except ValueError as e:
+        return DcgmSample(t=t, error=f"unparsable /metrics: {e}")
+    return dcgm_sample(t, readings)

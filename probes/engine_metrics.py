@@ -442,8 +442,17 @@ def server_latency(
     return out
 
 
-async def scrape(client: httpx.AsyncClient, base: str, origin_ns: int) -> EngineSample:
-    """GET ``base/metrics`` once; a failure is a sample with ``error`` set, never a raise."""
+@dataclass(frozen=True)
+class Page:
+    """A ``/metrics`` page as fetched, before parsing (bytes cross a process cheaply)."""
+
+    t: float
+    """Seconds since the run's monotonic origin, taken before the GET."""
+    body: bytes
+
+
+async def fetch(client: httpx.AsyncClient, base: str, origin_ns: int) -> Page | EngineSample:
+    """GET ``base/metrics`` once: the page, or a sample with ``error`` set (never a raise)."""
     t = (time.perf_counter_ns() - origin_ns) / 1e9
     try:
         r = await client.get(f"{base}/metrics")
@@ -452,7 +461,20 @@ async def scrape(client: httpx.AsyncClient, base: str, origin_ns: int) -> Engine
         return EngineSample(t=t, engine=None, values={}, error=error)
     if r.status_code != 200:
         return EngineSample(t=t, engine=None, values={}, error=f"HTTP {r.status_code}")
+    return Page(t=t, body=r.content)
+
+
+def parse_page(body: bytes, t: float) -> EngineSample:
+    """A fetched page as a sample; text the parser trips on is a sample with ``error``.
+    The exposition format is UTF-8 by definition: other bytes are replaced, not fatal."""
     try:
-        return parse_metrics(r.text, t)
+        return parse_metrics(body.decode("utf-8", errors="replace"), t)
     except Exception as e:  # untrusted text: whatever the parser trips on is the server's
         return EngineSample(t=t, engine=None, values={}, error=f"unparsable /metrics: {e}"[:300])
+
+
+async def scrape(client: httpx.AsyncClient, base: str, origin_ns: int) -> EngineSample:
+    """GET ``base/metrics`` once and parse it here, on the caller's loop (``fetch`` +
+    ``parse_page``); a failure is a sample with ``error`` set, never a raise."""
+    got = await fetch(client, base, origin_ns)
+    return got if isinstance(got, EngineSample) else parse_page(got.body, got.t)

@@ -7,7 +7,14 @@ runner's own counter snapshots (barrier, end of drain, gate phases) have their o
 (``snapshot_timeout_s``, 2 s; the periodic one for an endpoint already timing out): a
 hung ``/metrics`` makes that reconciliation "unavailable", it does not stretch the run.
 Each periodic sample counts toward the endpoint's coverage of the load
-(``soak.coverage``): answered only when it parsed into a known engine's metrics. Each sample goes to
+(``soak.coverage``): answered only when it parsed into a known engine's metrics.
+
+The pages are parsed off the event loop (the runner passes a ``soak.parse_worker``
+helper process): the loop only fetches bytes and takes the parsed sample back, so
+scraping adds no parse time to the requests in flight. The parse is bounded on its own
+(the helper's ``stall_s``, the interval's slack after the scrape bound); a helper that
+hung or died costs those samples ("not answered", with the why) and a warning event, and
+one given up for good is a soaktop failure of the run (``loop_errors``). Each sample goes to
 ``telemetry.jsonl``; the latest values go into snapshots; the peaks during the load go
 into the record beside the client's own concurrency (two different numbers).
 
@@ -32,11 +39,12 @@ from typing import Any
 
 import httpx
 
-from probes.engine_metrics import EngineSample, scrape, server_latency
+from probes.engine_metrics import EngineSample, fetch, scrape, server_latency
 from soak.coverage import Coverage, LoadWindow
 from soak.events import EventLog
 from soak.faults import when
 from soak.journal import JsonlWriter
+from soak.parse_worker import ParseWorker, bench_mode
 from soak.periodic import every, poll_timeout
 from soak.record import Reason
 
@@ -70,6 +78,7 @@ class EngineWatch:
         events: EventLog | None = None,
         window: LoadWindow | None = None,
         snapshot_timeout_s: float = 2.0,
+        parser: ParseWorker | None = None,
     ) -> None:
         self.endpoints = endpoints
         self._scrub = scrub
@@ -85,6 +94,12 @@ class EngineWatch:
         self._failing = [False] * len(endpoints)
         self.loop_errors: list[str] = []
         """Unexpected exceptions of the periodic loop (soaktop bugs: the run is INVALID)."""
+        self.parser = parser
+        """Where pages are parsed: a helper process (owned: closed by :meth:`stop`), or
+        None: on this loop (``probes.engine_metrics.scrape``; tests and the bench)."""
+        if parser is not None:
+            parser.stall_s = min(1.0, max(0.05, round(interval_s - self.timeout_s, 3)))
+            parser.on_trouble = self._parser_trouble
         self._origin_ns = origin_ns
         self._journal = journal
         # A backstop only: every scrape is bounded by asyncio.wait_for (see _scrape).
@@ -164,12 +179,35 @@ class EngineWatch:
         return samples
 
     async def _scrape(self, base: str, timeout_s: float) -> EngineSample:
+        """One endpoint: the GET within ``timeout_s``, then the parse in the helper
+        (bounded by its ``stall_s``), or both on this loop without a helper."""
         t = (time.perf_counter_ns() - self._origin_ns) / 1e9
         try:
-            return await asyncio.wait_for(scrape(self._client, base, self._origin_ns), timeout_s)
+            if self.parser is None:
+                return await asyncio.wait_for(
+                    scrape(self._client, base, self._origin_ns), timeout_s
+                )
+            got = await asyncio.wait_for(fetch(self._client, base, self._origin_ns), timeout_s)
         except TimeoutError:
             return EngineSample(
                 t=t, engine=None, values={}, error=f"{TIMED_OUT} after {timeout_s:g} s"
+            )
+        if isinstance(got, EngineSample):
+            return got
+        return await self.parser.engine(got.body, got.t)
+
+    def _parser_trouble(self, why: str) -> None:
+        """The helper was lost (a warning event), or given up (also a soaktop failure)."""
+        if self.parser is not None and self.parser.given_up == why:
+            msg = f"engine watch: {why}"[:300]
+            if msg not in self.loop_errors:
+                self.loop_errors.append(msg)
+        if self._events is not None:
+            self._events.emit(
+                "warning",
+                f"engine telemetry: {self._scrub(why)}",
+                "warning",
+                source="engine_metrics",
             )
 
     def _note_trouble(self, i: int, why: str | None) -> None:
@@ -260,15 +298,20 @@ class EngineWatch:
         await every(self.interval_s, self.tick, "engine watch", self.loop_errors)
 
     def start(self) -> None:
-        """Begin periodic scraping on the running loop."""
+        """Begin periodic scraping on the running loop (not at all in the bench's
+        ``SOAKTOP_BENCH_METRICS=none`` arm: its counter snapshots remain)."""
+        if bench_mode() == "none":
+            return
         self._task = asyncio.get_running_loop().create_task(self._run(), name="engine-watch")
 
     async def stop(self) -> None:
-        """Stop scraping and close the HTTP client."""
+        """Stop scraping, close the HTTP client and the parser's helper process."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self._client.aclose()
+        if self.parser is not None:
+            await self.parser.aclose()
 
     def close_window(self) -> None:
         """End the load's window for good (and stop tracking).
@@ -380,7 +423,7 @@ def _raise_peaks(peaks: dict[str, float], values: dict[str, float | None]) -> No
             peaks[key] = v
 
 
-def _prefix_cache(first: EngineSample | None, last: EngineSample | None) -> dict | None:
+def _prefix_cache(first: EngineSample | None, last: EngineSample | None) -> dict[str, Any] | None:
     """Prefix-cache hits over queries in the window (vLLM counts tokens), or the engine's
     own hit-rate gauge at the end (SGLang). None when the engine exports neither."""
     hits = _counter_delta(first, last, "prefix_cache_hits_total")
@@ -394,7 +437,7 @@ def _prefix_cache(first: EngineSample | None, last: EngineSample | None) -> dict
     return None
 
 
-def _spec_decode(first: EngineSample | None, last: EngineSample | None) -> dict | None:
+def _spec_decode(first: EngineSample | None, last: EngineSample | None) -> dict[str, Any] | None:
     """Speculative decoding in the window: acceptance rate = accepted / draft tokens, mean
     acceptance length = 1 + accepted / drafts (vLLM); or the engine's own acceptance gauge
     (SGLang). None without speculative decoding."""

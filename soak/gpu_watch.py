@@ -30,6 +30,10 @@ scraping, the scrape trouble and the GPUs missing from an exporter's output.
 Scrape trouble is a ``warning`` event once per change (failing / answering again), and a
 GPU that drops out of its exporter's output (Xid 79, GPU fell off the bus) is one too.
 GPU UUIDs and hostnames pass through ``scrub`` (the redactor) before anything is written.
+
+The exporters' pages are parsed off the event loop when the runner passes a
+``soak.parse_worker`` helper (as the engine watch does); a helper that hung or died is a
+failed scrape of that exporter with the helper's why.
 """
 
 from __future__ import annotations
@@ -42,11 +46,13 @@ from typing import Any
 
 import httpx
 
-from probes.dcgm import DcgmSample, scrape_dcgm
+from probes.dcgm import DcgmSample, dcgm_sample, fetch_dcgm, scrape_dcgm
+from probes.handoff import ParseUnavailable
 from soak.coverage import Coverage, LoadWindow
 from soak.events import EventLog
 from soak.gpu_ledger import GpuLedger, GpuState
 from soak.journal import JsonlWriter
+from soak.parse_worker import ParseWorker
 from soak.periodic import every, poll_timeout
 from soak.record import Reason
 
@@ -69,6 +75,7 @@ class GpuWatch:
         ignore_xid: Iterable[int] = (),
         when: Callable[[float], str] = lambda t: f"at {t:.1f} s",
         window: LoadWindow | None = None,
+        parser: ParseWorker | None = None,
     ) -> None:
         self.urls = urls
         self.interval_s = interval_s
@@ -84,6 +91,12 @@ class GpuWatch:
         self._events = events
         self._scrub = scrub
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s))
+        self.parser = parser
+        """Where pages are parsed: a helper process (closed by :meth:`stop`), or None:
+        on this loop."""
+        if parser is not None:
+            parser.stall_s = min(1.0, max(0.05, round(interval_s - self.timeout_s, 3)))
+            parser.on_trouble = self._parser_trouble
         self._task: asyncio.Task[None] | None = None
         self._ledger = GpuLedger("dcgm", events, scrub, frozenset(ignore_xid), when)
         self.latest: list[DcgmSample | None] = [None] * len(urls)
@@ -102,13 +115,34 @@ class GpuWatch:
         return list(samples)
 
     async def _scrape(self, url: str) -> DcgmSample:
+        """One exporter: the GET within ``timeout_s``, then the parse in the helper (its
+        own bound), or both on this loop without a helper."""
         t = (time.perf_counter_ns() - self._origin_ns) / 1e9
         try:
-            return await asyncio.wait_for(
-                scrape_dcgm(self._client, url, self._origin_ns), self.timeout_s
+            if self.parser is None:
+                return await asyncio.wait_for(
+                    scrape_dcgm(self._client, url, self._origin_ns), self.timeout_s
+                )
+            got = await asyncio.wait_for(
+                fetch_dcgm(self._client, url, self._origin_ns), self.timeout_s
             )
         except TimeoutError:
             return DcgmSample(t=t, error=f"timed out after {self.timeout_s:g} s")
+        if isinstance(got, DcgmSample):
+            return got
+        t, body = got
+        try:
+            return dcgm_sample(t, await self.parser.dcgm(body))
+        except (ValueError, ParseUnavailable) as e:  # the page's, or the helper's trouble
+            return DcgmSample(t=t, error=str(e))
+
+    def _parser_trouble(self, why: str) -> None:
+        """The helper was lost (a warning event), or given up (also a soaktop failure)."""
+        if self.parser is not None and self.parser.given_up == why:
+            msg = f"GPU watch (DCGM): {why}"[:300]
+            if msg not in self.loop_errors:
+                self.loop_errors.append(msg)
+        self._events.emit("warning", f"GPU telemetry: {why}", "warning", source="dcgm")
 
     def coverage(self, now_s: float, min_expected: int = 1) -> dict[str, dict[str, Any]]:
         """``{"dcgm": {"exporter i": entry}}`` over the load window so far."""
@@ -128,6 +162,8 @@ class GpuWatch:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         await self._client.aclose()
+        if self.parser is not None:
+            await self.parser.aclose()
 
     # -- one sample ----------------------------------------------------------------------
     def _take(self, i: int, s: DcgmSample) -> None:
