@@ -14,10 +14,11 @@ after the scrape bound) is a sample error — not answered, with the why, for th
 and the helper goes on (a starved CPU makes it slow, not broken). A helper that holds
 work and answers nothing for ``stuck_s`` (10 s) is stuck: it is killed and every page
 waiting on it becomes a sample error; a helper that died (its pipe closed) ends the same
-way. The next page starts a new one; after ``MAX_RESTARTS`` restarts, or when a helper cannot start at all, the
-parser is given up: every later page is an error, and ``given_up`` says why (the watch
-records it as a soaktop failure). ``aclose`` closes the helper's stdin (it exits at
-end-of-file, as it does when the runner dies) and kills it if it does not go at once.
+way. The next page starts a new one; after ``MAX_RESTARTS`` restarts, or when a helper
+cannot start at all, the parser is given up: every later page is an error, and
+``given_up`` says why (the watch records it as a soaktop failure). ``aclose`` closes the
+helper's stdin (it exits at end-of-file, as it does when the runner dies) and kills it if
+it does not go at once.
 
 ``SOAKTOP_BENCH_METRICS`` (bench only, see ``bench/loop_lag.py``): ``loop`` parses on
 the loop as before; ``none`` also skips the engine watch's periodic scrapes (the counter
