@@ -315,9 +315,9 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
     writers = (runner.events.writer, runner.requests, runner.snapshots, runner.telemetry)
     for writer in writers:
         writer.close()
-    if runner.storage_error is not None:  # the lines dropped after it, for the record
+    if runner.storage_error is not None:
         dropped = {w.path.name: w.dropped for w in (*writers, _probe_journal(runner)) if w}
-        reasons = [_with_dropped(r, dropped) for r in reasons]
+        reasons = storage_reasons_after(reasons, runner.storage_error, dropped)
     faults = faults_from_events(read_jsonl(runner.run_dir / "events.jsonl"), load_start)
     record = RunRecord(
         run_id=runner.run_id,
@@ -357,21 +357,21 @@ def write_final(run_dir: Path, record: RunRecord) -> int:
     except OSError as e:
         with contextlib.suppress(OSError):
             print(f"soaktop runner: record.json: {storage_words(e)}", file=sys.stderr, flush=True)
+        reasons = [
+            *record.reasons,
+            Reason(
+                code="record_truncated",
+                effect="note",
+                message=f"the full record did not fit on the disk ({storage_words(e)}): its "
+                "telemetry and matrix sections were left out; the journals hold them",
+            ),
+        ]
         small = record.model_copy(
             update={
                 "telemetry": {},
                 "matrix": None,
-                "exit_code": EXIT_STORAGE,
-                "reasons": [
-                    *record.reasons,
-                    Reason(
-                        code="record_truncated",
-                        effect="note",
-                        message="the full record did not fit on the disk: its telemetry and "
-                        "matrix sections were left out (soaktop recover rebuilds them from "
-                        "the journals once there is space)",
-                    ),
-                ],
+                "reasons": reasons,
+                "exit_code": exit_code_for(record.status, reasons),
             }
         )
         try:
@@ -403,6 +403,26 @@ def _storage_reasons(runner: Runner) -> list[Reason]:
             "stopped and in-flight requests were cut (exit 5)",
         )
     ]
+
+
+def storage_reasons_after(
+    reasons: list[Reason], storage_error: str, dropped: dict[str, int]
+) -> list[Reason]:
+    """The verdict's reasons once the journals are closed, when a write failed: the
+    storage reason names the lines lost after it. A failure that came only after the
+    verdict (the last snapshot, an fsync at close) adds a note: the figures are whole, so
+    the verdict stands, and the exit code still says "storage" (5)."""
+    if not any(r.code == "storage_error" for r in reasons):
+        reasons = [
+            *reasons,
+            Reason(
+                code="storage_error",
+                effect="note",
+                message="the run directory could not be written while the record was made: "
+                f"{storage_error}; the record's figures are complete (exit 5)",
+            ),
+        ]
+    return [_with_dropped(r, dropped) for r in reasons]
 
 
 def _with_dropped(reason: Reason, dropped: dict[str, int]) -> Reason:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from soak.journal import JsonlTail
+from soak.journal import DropWriteErrors, JsonlTail
 from soak.record import EXIT_CODES, EXIT_STORAGE, RunRecord, Status, load_record
 from soak.safe_text import safe_line
 from soak.spawn import AttachedRunner, RunnerHandle
@@ -132,7 +132,7 @@ def follow(
     ``interrupt_detaches`` (``soaktop attach``) every signal only detaches: the run
     belongs to whoever started it.
     """
-    out = cast(TextIO, _DropsWriteErrors(out))
+    out = cast(TextIO, DropWriteErrors(out))
     forwarded: list[int] = []
     hung_up = False
 
@@ -180,6 +180,9 @@ def follow(
         for reason in rec.reasons:  # the cause on stderr too, where scripts look for it
             if reason.code == "storage_error":
                 print(f"soaktop: {safe_line(reason.message)}", file=sys.stderr, flush=True)
+        if rc == EXIT_STORAGE and rec.exit_code != EXIT_STORAGE:
+            print(f"soaktop: {summary_lost(handle.run_dir)}", file=sys.stderr, flush=True)
+            return EXIT_STORAGE
         return rec.exit_code
     if rc == EXIT_STORAGE:
         print(
@@ -202,6 +205,15 @@ def follow(
     return EXIT_CODES[Status.ABORTED]
 
 
+def summary_lost(run_dir: Path) -> str:
+    """What to say when the runner exited 5 although its record was written: the disk
+    filled between record.json and summary.csv."""
+    return (
+        f"the record was written but {run_dir / 'summary.csv'} was not (disk full, quota or "
+        "I/O error: see runner.log); the record holds every figure"
+    )
+
+
 def event_line(ev: dict[str, Any]) -> str:
     """``  12:00:03 fault: GPU 1 ...`` — one event as printed while following a run."""
     return safe_line(f"  {str(ev.get('wall', ''))[11:19]} {ev.get('kind')}: {ev.get('message')}")
@@ -211,26 +223,6 @@ _SHOWN_EVENTS = frozenset(
     {"phase", "barrier", "control", "mark", "fault", "health", "gate", "threshold"}
 )
 EXIT_DETACHED = 128 + signal.SIGHUP
-
-
-class _DropsWriteErrors:
-    """A text stream whose writes may fail (EIO on a hung-up terminal, a closed pipe)
-    without ending the follower: the run's record is what matters, not the screen."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        """Write, or drop the text if the stream is gone."""
-        try:
-            return self._stream.write(text)
-        except (OSError, ValueError):
-            return len(text)
-
-    def flush(self) -> None:
-        """Flush, unless the stream is gone."""
-        with contextlib.suppress(OSError, ValueError):
-            self._stream.flush()
 
 
 def _detached(handle: RunnerHandle | AttachedRunner, out: TextIO) -> int:

@@ -14,7 +14,7 @@ import hashlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -139,7 +139,9 @@ def reserve_space(run_dir: Path, nbytes: int = RESERVE_BYTES) -> None:
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 raise
-            block = bytes(1 << 16)  # no fallocate here (some network file systems): zeros
+            # No fallocate here (some network file systems): write the bytes. Random ones,
+            # so a compressing file system (ZFS, btrfs) cannot store them as nothing.
+            block = os.urandom(1 << 16)
             for _ in range(0, nbytes, len(block)):
                 if os.write(fd, block) != len(block):
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from None
@@ -158,6 +160,30 @@ def release_reserve(run_dir: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+class DropWriteErrors:
+    """A text stream whose writes may fail — ``runner.log`` on a full disk, a hung-up
+    terminal — without the failure escaping into the code that printed (a traceback
+    printed from an ``except`` block must not cost the run its record)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        """Write, or drop the text if the stream cannot take it."""
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        """Flush, unless the stream cannot."""
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding...: the stream's
+        return getattr(self._stream, name)
 
 
 def repair_tail(path: Path) -> bytes:

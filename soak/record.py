@@ -231,10 +231,14 @@ class RunRecord(BaseModel):
     """Journal name → sha256, computed after the journals were closed."""
 
 
+STORAGE_CODES = frozenset({"storage_error", "record_truncated"})
+"""Reasons that say the run directory could not be written (exit 5)."""
+
+
 def exit_code_for(status: Status, reasons: list[Reason]) -> int:
-    """The exit code a verdict implies: by status, except that a run stopped because its
-    directory could not be written exits ``EXIT_STORAGE`` (5), whatever else it found."""
-    if any(r.code == "storage_error" for r in reasons):
+    """The exit code a verdict implies: by status, except that a run whose directory could
+    not be written (a journal, or the full record) exits ``EXIT_STORAGE`` (5)."""
+    if any(r.code in STORAGE_CODES for r in reasons):
         return EXIT_STORAGE
     return EXIT_CODES[status]
 

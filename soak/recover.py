@@ -176,6 +176,21 @@ def recover_run(run_dir: Path) -> RunRecord:
     except RunDirError as e:
         raise RecoverError(str(e)) from None
     torn, cut = _repair_tails(run_dir)
+    try:
+        return _recover(run_dir, config, torn)
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        _put_back(cut)  # nothing written: the journals go back to what they were
+        raise RecoverError(
+            f"{run_dir}: a journal line does not have the shape soaktop writes "
+            f"({type(e).__name__}: {e}); nothing was changed"
+        ) from None
+    except BaseException:
+        _put_back(cut)
+        raise
+
+
+def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRecord:
+    """The record from the journals (their torn tails already cut), written."""
     timing, phases = _timing_from_events(run_dir, config)
     method = config.get("percentile_method", "nearest-rank")
     load = summarize_load(run_dir / "requests.jsonl", timing, method) if timing else None
@@ -256,7 +271,6 @@ def recover_run(run_dir: Path) -> RunRecord:
         write_atomic(run_dir / "summary.csv", summary_csv(record))
     except OSError as e:
         (run_dir / "record.json").unlink(missing_ok=True)  # all or nothing: recover again
-        _put_back(cut)
         raise RecoverStorageError(
             f"cannot write the record into {run_dir}: {storage_words(e)}; nothing was "
             "changed; free some space and run soaktop recover again"

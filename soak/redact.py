@@ -66,8 +66,10 @@ FIELDS = {
 """Structured fields whose string value is private as a whole, whatever its shape."""
 
 _PREFIX = {"ip6": "ip", "fqdn": "host"}
-_REDACTED = re.compile(r"<[^<>]*>|[a-z]+-[0-9a-f]{8}")
-"""A value that is already a marker or a pseudonym (redacting twice changes nothing)."""
+_MARKER = re.compile(r"<[^<>]*>")
+"""A value that is already a marker such as ``<endpoint 0>`` (redacting twice changes
+nothing; a pseudonym is recognised by exact membership in what this redactor issued, not by
+its shape — a real host may well be called ``dgx-0a1b2c3d``)."""
 _BEFORE = r"(?<![\w.-])"
 _AFTER_URL = r"(?![\w-])"  # an endpoint URL may go on with a route: <endpoint 0>/v1/models
 _AFTER = r"(?![\w/-]|\.\w)"  # anything else only as a whole token (a sentence's full stop ok)
@@ -100,6 +102,8 @@ class Redactor:
         self._known: dict[str, str] = {}
         self._regex: re.Pattern[str] | None = None
         self._cache: dict[str, str] = {}
+        self._issued: set[str] = set()
+        """Every pseudonym this redactor gave out (a second pass leaves them alone)."""
         if enabled:
             for prefix, urls in (("endpoint", endpoints), ("dcgm", list(dcgm))):
                 for i, url in enumerate(urls):
@@ -116,7 +120,9 @@ class Redactor:
         """The stable pseudonym of ``value`` of a kind (``gpu``, ``host``, ``path``...)."""
         prefix = _PREFIX.get(kind, kind)
         msg = f"{prefix}\0{normalise(kind, value)}".encode("utf-8", "surrogatepass")
-        return f"{prefix}-{hmac.new(self._salt, msg, hashlib.sha256).hexdigest()[:8]}"
+        name = f"{prefix}-{hmac.new(self._salt, msg, hashlib.sha256).hexdigest()[:8]}"
+        self._issued.add(name)
+        return name
 
     def learn(self, kind: str, value: str | None) -> str | None:
         """Remember a private value found by soaktop (a DCGM host name, a GPU UUID, this
@@ -124,7 +130,7 @@ class Redactor:
         pseudonym (None for None). Without ``--redact`` the value is returned unchanged."""
         if value is None or not self.enabled:
             return value
-        if _REDACTED.fullmatch(value):
+        if value in self._issued or _MARKER.fullmatch(value):
             return value
         repl = self.pseudonym(kind, value)
         if len(value) >= 2 and self._known.get(value.lower()) != repl:

@@ -53,6 +53,7 @@ from soak.host_watch import HostWatch
 from soak.identity import count_tokens, probe_all
 from soak.journal import (
     RESERVE_BYTES,
+    DropWriteErrors,
     JsonlWriter,
     request_line,
     reserve_space,
@@ -473,10 +474,18 @@ class Runner:
         return gather(watchers, self.now_s(), min_expected)
 
     async def _ticker(self) -> None:
+        seen: set[str] = set()
         while True:
             await asyncio.sleep(self.config.snapshot_interval_s)
-            self._apply_control()
-            self.write_snapshot()
+            try:
+                self._apply_control()
+                self.write_snapshot()
+            except Exception as e:  # snapshots and controls must outlive any one tick
+                traceback.print_exc()
+                words = f"the snapshot tick: {type(e).__name__}: {e}"[:300]
+                if words not in seen:  # once per distinct failure, not once a second
+                    seen.add(words)
+                    self.internal_errors.append(words)
 
     # -- the protocol ----------------------------------------------------------------------
 
@@ -843,6 +852,10 @@ def _redirect_output(run_dir: Path, redactor: Redactor) -> None:
     if redactor.active:  # what Python prints (tracebacks included) is scrubbed line by line
         sys.stdout = RedactingStream(sys.stdout, redactor)
         sys.stderr = RedactingStream(sys.stderr, redactor)
+    # runner.log shares the run directory's disk: a print that fails there (a traceback
+    # printed while the disk is full) must not cost the run its record.
+    sys.stdout = DropWriteErrors(sys.stdout)
+    sys.stderr = DropWriteErrors(sys.stderr)
 
 
 async def start(config: RunConfig, lifeline_fd: int | None = None) -> int:

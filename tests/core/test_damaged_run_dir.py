@@ -251,3 +251,16 @@ def test_from_the_outside_view_of_a_corrupt_record_is_one_sentence(tmp_path):
     )
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert f"{run}/record.json is damaged: invalid JSON at byte" in p.stderr
+
+
+def test_a_recover_that_fails_puts_the_torn_tails_back(tmp_path, capsys):
+    run = _run(tmp_path)
+    (run / "record.json").unlink()
+    events = json.dumps({"kind": "phase", "t": "abc", "data": {"phase": "load"}}) + "\n"
+    (run / "events.jsonl").write_text(events)
+    before = b'{"id": "a", "ok": true}\n{"id":"torn","ph'
+    (run / "requests.jsonl").write_bytes(before)
+    rc, out, err = _cli(capsys, "recover", str(run))
+    assert rc == 2 and "Traceback" not in out + err, (out, err)
+    assert not (run / "record.json").exists()
+    assert (run / "requests.jsonl").read_bytes() == before, "nothing was changed"

@@ -109,3 +109,20 @@ def test_write_atomic_leaves_no_half_file_on_failure(
         write_atomic(target, orjson.dumps({"new": True}))
     assert target.read_bytes() == b'{"old": true}'
     assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
+def test_a_disk_that_fails_after_the_verdict_still_exits_5_and_says_so() -> None:
+    from soak.finalize import storage_reasons_after
+    from soak.record import Reason, Status, exit_code_for
+    from soak.verdict import status_of
+
+    passed = [Reason(code="load_ok", effect="note", message="load: 0 failures")]
+    after = storage_reasons_after(
+        passed, "disk full (ENOSPC: No space left on device) writing snapshots.jsonl", {}
+    )
+    assert status_of(after) is Status.PASSED, "whole figures: the verdict stands"
+    assert exit_code_for(status_of(after), after) == 5, "…but the exit code says storage"
+    assert "could not be written while the record was made" in after[-1].message
+    during = [Reason(code="storage_error", effect="aborted", message="the run directory …")]
+    again = storage_reasons_after(during, "x", {"requests.jsonl": 3, "events.jsonl": 0})
+    assert len(again) == 1 and again[0].message.endswith("not written: 3 lines of requests.jsonl")

@@ -401,3 +401,13 @@ def test_stream_lines_that_are_not_chunks_and_keys_of_chunks_are_scrubbed() -> N
     out = r.body(body)
     assert "alice" not in out and UUID not in out
     assert out.endswith("data: [DONE]\n\n") and out.startswith("event: error\n")
+
+
+def test_a_real_name_shaped_like_a_pseudonym_is_still_redacted() -> None:
+    red = Redactor([], True, salt=b"s" * 32)
+    issued = red.learn("host", "node-7.example.internal")
+    assert issued is not None and issued != "node-7.example.internal"
+    assert red.learn("host", issued) == issued  # a second pass changes nothing
+    real = "dgx-0a1b2c3d"  # a DCGM Hostname label that happens to look like a pseudonym
+    assert red.field("host", real) != real
+    assert real not in red.text(f"GPU 0 on {real}")
