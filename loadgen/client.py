@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 from collections.abc import Coroutine, Mapping
 from time import perf_counter_ns
 from types import TracebackType
@@ -66,6 +67,39 @@ per streamed token at 256 paced streams. 64 KiB reads come from the heap."""
 DRAIN_AFTER_DONE_S: Final = 2.0
 """After ``[DONE]``, wait at most this long for the end of the HTTP body, so the connection
 goes back to the pool; past it the connection is closed (the result is already final)."""
+
+
+CLIENT_ERRNOS: Final = {
+    errno.EMFILE: "too many open files",
+    errno.ENFILE: "too many open files in the system",
+    errno.ENOBUFS: "no buffer space",
+    errno.ENOMEM: "out of memory",
+    errno.EADDRNOTAVAIL: "no local port or address available",
+}
+"""errno → words, for the errors that say this client ran out of something (file
+descriptors under ``ulimit -n``, kernel buffers, memory, local ports): the request never
+left this host, so the failure is ``client_error``, never the server's ``connect_error``.
+The same set as ``probes.neterrors`` (loadgen must not import probes)."""
+
+
+def _client_side(exc: BaseException) -> str | None:
+    """``"client-side: too many open files (EMFILE)"`` when ``exc``, or an error it wraps
+    (aiohttp's ``os_error``, ``__cause__``, ``__context__``), is one of ``CLIENT_ERRNOS``."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        cur = todo.pop()
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in CLIENT_ERRNOS:
+            code = errno.errorcode.get(cur.errno, str(cur.errno))
+            return f"client-side: {CLIENT_ERRNOS[cur.errno]} ({code})"
+        wrapped = getattr(cur, "os_error", None) if isinstance(cur, aiohttp.ClientError) else None
+        todo += [
+            x for x in (wrapped, cur.__cause__, cur.__context__) if isinstance(x, BaseException)
+        ]
+    return None
 
 
 def _trunc(text: str) -> str:
@@ -412,6 +446,11 @@ class StreamClient:
     def _classify(self, exc: Exception, r: RequestResult, got_headers: bool) -> None:
         name = type(exc).__name__
         failure: FailureClass
+        client_side = _client_side(exc)
+        if client_side is not None:  # this host ran out of fds/buffers: not the server
+            r.failure = FailureClass.CLIENT
+            r.failure_detail = self._scrub(_trunc(f"{client_side}; {name}: {exc}"))
+            return
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             failure = FailureClass.CONNECT
         elif isinstance(exc, TimeoutError):  # SocketTimeoutError (sock_read)

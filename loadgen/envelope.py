@@ -33,7 +33,8 @@ class FailureClass(StrEnum):
     HTTP_5XX = "http_5xx"
     """The server answered a 5xx status (internal error, engine dead, overloaded)."""
     CONNECT = "connect_error"
-    """No connection: refused, reset before the response, DNS, fd exhaustion while connecting."""
+    """No connection: refused, reset before the response, DNS. This client's own fd, buffer
+    or port exhaustion (EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL) is ``client_error``."""
     READ_TIMEOUT = "read_timeout"
     """No bytes for longer than the read timeout (a stalled stream or a hung server)."""
     STREAM_CUT = "stream_cut"
@@ -46,7 +47,7 @@ class FailureClass(StrEnum):
     """An HTTP 200 stream that reached ``[DONE]`` carrying no output: no token-carrying
     chunk (content, text, reasoning or a tool-call delta), and not a finished generation
     either — a stream without tokens is a success only when the server says it finished
-    (a ``finish_reason``) after at least one completion token (``usage``): a model that
+    (a ``finish_reason``) after exactly one completion token (``usage``): a model that
     ends its answer at once. The server said "OK" and delivered nothing."""
     BAD_USAGE = "impossible_usage"
     """A ``usage`` block whose numbers cannot be true: not JSON integers (floats, strings,
@@ -54,7 +55,9 @@ class FailureClass(StrEnum):
     ``total_tokens`` below one of its parts, or beyond any context (≥ 2^31). Its tokens
     never enter the token totals (see ``loadgen.outcome.usage_problem``)."""
     CLIENT = "client_error"
-    """The client itself failed (an exception in soaktop); the server may be blameless."""
+    """The client itself failed (an exception in soaktop, or it ran out of file descriptors,
+    buffers or local ports: "client-side: too many open files (EMFILE)"); the server may be
+    blameless."""
 
 
 AVAILABILITY_CLASSES = frozenset(

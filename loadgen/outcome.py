@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "EMPTY_ANSWER_TOKENS",
     "USAGE_CHUNK_SLACK",
     "USAGE_INT_MAX",
     "is_empty_stream",
@@ -85,6 +86,12 @@ def usage_problem(usage: object, max_tokens: int | None) -> str | None:
     return None
 
 
+EMPTY_ANSWER_TOKENS: Final = 1
+"""The ``usage.completion_tokens`` of a generation that ended at once: its one token is the
+end-of-sequence (or a one-token stop), which no chunk carries. A stream without a single
+token-carrying chunk cannot have carried more."""
+
+
 def is_empty_stream(chunks: int, finish_reason: str | None, completion_tokens: int | None) -> bool:
     """A ``[DONE]``-terminated stream that carried no output (``empty_stream``).
 
@@ -92,11 +99,12 @@ def is_empty_stream(chunks: int, finish_reason: str | None, completion_tokens: i
     ``max_tokens=1`` gives one, a tool-call-only answer has tool-call deltas, a
     reasoning-only answer has reasoning chunks — none of them is empty. A stream without a
     single such chunk is a success only when the server says a generation finished
-    (a ``finish_reason``) after at least one completion token: a model that ends at once
-    (end-of-sequence as its first token, a stop string at once). Those are counted in
-    ``load.empty_answers``.
+    (a ``finish_reason``) after exactly ``EMPTY_ANSWER_TOKENS`` (1) completion token: a
+    model that ends at once (end-of-sequence as its first token). Those are counted in
+    ``load.empty_answers``. Zero chunks with more tokens claimed (up to ``max_tokens``)
+    would put tokens nobody received into tok/s: empty.
     """
-    return chunks == 0 and not (finish_reason and completion_tokens)
+    return chunks == 0 and not (finish_reason and completion_tokens == EMPTY_ANSWER_TOKENS)
 
 
 def usage_disagrees(chunks: object, completion_tokens: object) -> bool:

@@ -24,6 +24,12 @@ where the bytes are not conclusive: any chunk containing ``"error"`` (so an erro
 missed, at worst decoded for nothing), ``"tool_calls"``, a non-null ``finish_reason`` or
 ``usage``, a payload that is not compact JSON (``"key": value`` with spaces, as some other
 engines write), and events that are not a single ``data:`` line.
+
+Memory: an unfinished event is held until its blank line, up to ``MAX_EVENT_BYTES``; past
+that the stream is ``malformed_sse``. A hostile 200 whose event never ends (no newline, or
+``data:`` lines without the blank line) keeps bytes coming, so the read watchdog never
+fires: without the cap it would grow the buffer without limit and, since every read
+re-copies and re-scans what is held, cost loop CPU quadratic in its length.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import orjson
 
 from loadgen.envelope import FailureClass
 
-__all__ = ["NO_TOKEN", "REASONING", "VISIBLE", "SSEParser", "error_message"]
+__all__ = ["MAX_EVENT_BYTES", "NO_TOKEN", "REASONING", "VISIBLE", "SSEParser", "error_message"]
 
 NO_TOKEN: Final = 0
 """Event carries no token (role-only chunk, finish/usage-only chunk, comment)."""
@@ -47,6 +53,10 @@ DETAIL_MAX: Final = 300
 """Longest failure detail kept (characters)."""
 BYTES_MAX: Final = 120
 """Longest excerpt of offending bytes kept in a malformed-SSE detail."""
+MAX_EVENT_BYTES: Final = 1024 * 1024
+"""Most bytes held for one unfinished SSE event (1 MiB); past it the stream is
+``malformed_sse``. A real vLLM token event is under 2 KB; a final usage chunk or a large
+tool-call delta stays far below this."""
 
 # Patterns, pre-built once. A JSON string never contains an unescaped quote, so a quoted
 # key pattern found in the payload is a real key (or, rarely, a value equal to the key's
@@ -252,7 +262,14 @@ class SSEParser:
             if self.stopped:
                 self._buf = b""
                 return tokens
-        self._buf = buf[start:] if start else buf
+        rest = self._buf = buf[start:] if start else buf
+        if len(rest) > MAX_EVENT_BYTES:  # the one check on this path (see module doc)
+            self._buf = b""
+            self._fail(
+                FailureClass.MALFORMED,
+                f"an SSE event grew past {MAX_EVENT_BYTES // (1024 * 1024)} MiB without its "
+                f"end (blank line): {_excerpt(rest)}",
+            )
         return tokens
 
     def close(self) -> int:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+import aiohttp
+import aiohttp.connector
 import orjson
 import pytest
 from aiohttp import web
@@ -395,3 +399,52 @@ async def test_not_started_is_client_error() -> None:
     r = await go(StreamClient(max_connections=1), "http://127.0.0.1:1/x")
     assert r.failure is FailureClass.CLIENT
     assert r.failure_detail is not None and "RuntimeError" in r.failure_detail
+
+
+# -- the client's own resource exhaustion is never the server's connect_error -------------
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        (errno.EMFILE, "client-side: too many open files (EMFILE)"),
+        (errno.ENFILE, "client-side: too many open files in the system (ENFILE)"),
+        (errno.ENOBUFS, "client-side: no buffer space (ENOBUFS)"),
+        (errno.ENOMEM, "client-side: out of memory (ENOMEM)"),
+    ],
+)
+async def test_fd_exhaustion_while_connecting_is_client_error(
+    monkeypatch: pytest.MonkeyPatch, code: int, words: str
+) -> None:
+    async def no_socket(*_a: object, **_k: object) -> socket.socket:
+        raise OSError(code, os.strerror(code))  # what socket() says under `ulimit -n`
+
+    monkeypatch.setattr(aiohttp.connector.aiohappyeyeballs, "start_connection", no_socket)
+    async with StreamClient(max_connections=2, connect_timeout_s=2) as c:
+        r = await go(c, f"http://127.0.0.1:{free_port()}/v1/chat/completions")
+    assert r.status is None and r.failure is FailureClass.CLIENT, (r.failure, r.failure_detail)
+    assert r.failure_detail is not None and r.failure_detail.startswith(words), r.failure_detail
+    assert "ClientConnectorError" in r.failure_detail
+
+
+def test_classify_looks_through_wrapped_errors() -> None:
+    c = StreamClient(max_connections=1)
+
+    def classify(exc: Exception) -> RequestResult:
+        r = RequestResult(request_id="r", worker=0, prompt_id=0, sent_ns=0)
+        c._classify(exc, r, got_headers=False)
+        return r
+
+    try:
+        try:
+            raise OSError(errno.EMFILE, "Too many open files")
+        except OSError as inner:
+            raise aiohttp.ClientOSError("connect failed") from inner
+    except aiohttp.ClientOSError as outer:
+        r = classify(outer)
+    assert r.failure is FailureClass.CLIENT
+    assert r.failure_detail is not None and "(EMFILE)" in r.failure_detail
+    r = classify(OSError(errno.ENOBUFS, "No buffer space available"))  # a bare OSError
+    assert r.failure is FailureClass.CLIENT
+    # The server's refusals stay the server's.
+    assert classify(ConnectionRefusedError(errno.ECONNREFUSED, "x")).failure is FailureClass.CONNECT

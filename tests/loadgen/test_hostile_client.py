@@ -79,6 +79,9 @@ async def one(stream: list[str], max_tokens: int | None = 16) -> RequestResult:
         [ROLE, chunk({}, "stop"), DONE],  # a finish, but no usage to say a token was made
         [ROLE, chunk({}, "stop"), usage(5, 0), DONE],  # usage says 0 tokens
         [ROLE, usage(5, 3), DONE],  # usage without any finish_reason
+        # a finish and usage at max_tokens, but no chunk carried a token (review finding)
+        [ROLE, chunk({}, "length"), usage(5, 16), DONE],
+        [ROLE, chunk({}, "stop"), usage(5, 2), DONE],
         [": ping\n\n", chunk({"content": ""}), DONE],
     ],
 )
@@ -113,6 +116,23 @@ async def test_legitimate_short_answers_are_successes(stream: list[str], chunks:
     r = await one(stream)
     assert r.ok, (r.failure, r.failure_detail)
     assert r.chunks == chunks
+
+
+# -- an event that never ends ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "piece",
+    ["x" * 65536, ("data: " + "y" * 1017 + "\n") * 64],  # no newline / no blank line
+    ids=["no-newline", "data-lines"],
+)
+async def test_an_event_that_never_ends_is_malformed_not_held(piece: str) -> None:
+    # 4 MiB that keep coming (so no read timeout fires), never an event's end.
+    t0 = time.monotonic()
+    r = await one([ROLE, "data: ", *[piece] * 64])
+    assert not r.ok and r.failure is FailureClass.MALFORMED, (r.failure, r.failure_detail)
+    assert r.failure_detail is not None and "grew past 1 MiB" in r.failure_detail
+    assert time.monotonic() - t0 < 20
 
 
 # -- impossible usage ---------------------------------------------------------------------
@@ -211,7 +231,7 @@ async def test_garbage_streams_are_classified_never_raised_through_the_worker() 
     for r in results:
         assert r.ok or isinstance(r.failure, FailureClass), r
         if r.ok:  # a success carried output, or the server said it finished a token
-            assert r.chunks or (r.finish_reason and r.output_tokens)
+            assert r.chunks or (r.finish_reason and r.output_tokens == 1)
     # The examples really are hostile: several distinct classes, few successes.
     assert len(classes) >= 4, classes
     assert classes[None] < len(streams) // 4, classes

@@ -62,6 +62,9 @@ def test_empty_stream_rule() -> None:
     assert is_empty_stream(0, "stop", None)
     assert is_empty_stream(0, None, 5)
     assert not is_empty_stream(0, "stop", 1)  # ended at once: an empty answer, a success
+    # No chunk carried a token, yet usage claims more than one: those tokens never arrived.
+    assert is_empty_stream(0, "stop", 2)
+    assert is_empty_stream(0, "length", 16)  # completion_tokens == max_tokens, no chunk
     assert not is_empty_stream(1, None, None)
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from loadgen.envelope import FailureClass
-from loadgen.sse import SSEParser, error_message
+from loadgen.sse import DETAIL_MAX, MAX_EVENT_BYTES, SSEParser, error_message
 
 # Captured from a real vLLM 0.32 (CPU build) /v1/chat/completions stream, include_usage.
 VLLM_CHAT = (
@@ -370,3 +372,49 @@ def test_error_message_shapes() -> None:
     assert error_message({"detail": "Not Found"}) == "Not Found"
     assert error_message({"choices": []}) is None
     assert error_message({"error": None}) is None
+
+
+# -- an event that never ends (a hostile 200 that keeps bytes coming) ----------------------
+
+READ = 64 * 1024
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        b"x" * 1024,  # no newline at all
+        b"data: " + b"y" * 1017 + b"\n",  # data: lines, never the blank line
+        b"data: " + b"z" * 1016 + b"\r\n",  # the same with CRLF line endings
+    ],
+    ids=["no-newline", "data-lines", "data-lines-crlf"],
+)
+def test_an_endless_event_is_malformed_past_the_cap(unit: bytes) -> None:
+    stream = b"data: " + unit * (2 * 1024 * 1024 // len(unit))  # 2 MiB, never an event end
+    p = SSEParser()
+    reads = 0
+    t0 = time.perf_counter()
+    for at in range(0, len(stream), READ):
+        p.feed(stream[at : at + READ])
+        reads += 1
+        if p.stopped:
+            break
+    elapsed = time.perf_counter() - t0
+    assert p.stopped and p.failure is FailureClass.MALFORMED and not p.done
+    assert p.failure_detail is not None
+    assert "grew past 1 MiB without its end (blank line)" in p.failure_detail, p.failure_detail
+    assert len(p.failure_detail) <= DETAIL_MAX
+    assert reads <= MAX_EVENT_BYTES // READ + 1  # stopped at the cap, not at the end
+    assert p.feed(b"\n\ndata: [DONE]\n\n") == 0 and not p.done  # nothing after a failure
+    assert p.close() == 0
+    assert elapsed < 1.0  # bounded: the 2 MiB are never all held nor rescanned
+
+
+def test_a_large_event_below_the_cap_still_parses() -> None:
+    big = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"a" * (MAX_EVENT_BYTES - 100)
+    big += b'"},"finish_reason":null}]}\n\n'
+    assert len(big) <= MAX_EVENT_BYTES
+    p = SSEParser()
+    tokens = sum(p.feed(big[at : at + READ]) for at in range(0, len(big), READ))
+    assert tokens == 1 and p.failure is None and p.content_seen
+    p.feed(b"data: [DONE]\n\n")
+    assert p.done
