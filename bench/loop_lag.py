@@ -80,7 +80,7 @@ def page_costs(url: str) -> dict[str, float]:
     async def handed() -> tuple[float, float]:
         w = ParseWorker()
         try:
-            await w.engine(body, 0.0)  # start-up is paid once, at watch start
+            assert await w.ready()  # start-up is paid once, at watch start (prestart)
             cpu0, t0 = time.thread_time(), time.perf_counter()
             for _ in range(n):
                 await w.engine(body, 0.0)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from probes.engine_metrics import get_page
 from probes.neterrors import client_side
 
 # vocabulary key → DCGM field names, the first one present wins
@@ -253,16 +254,17 @@ def _bool(x: float | None) -> bool | None:
 async def fetch_dcgm(
     client: httpx.AsyncClient, url: str, origin_ns: int = 0
 ) -> tuple[float, bytes] | DcgmSample:
-    """GET the exporter's ``/metrics`` once: (t, page), or a sample with ``error`` set."""
+    """GET the exporter's ``/metrics`` once (``get_page``: bounded in size): (t, page), or
+    a sample with ``error`` set."""
     t = (time.perf_counter_ns() - origin_ns) / 1e9
     try:
-        r = await client.get(_metrics_url(url))
+        got = await get_page(client, _metrics_url(url))
     except (httpx.HTTPError, OSError) as e:  # a socket that cannot be made escapes bare
         error = client_side(e) or (f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
         return DcgmSample(t=t, error=error)
-    if r.status_code != 200:
-        return DcgmSample(t=t, error=f"HTTP {r.status_code}")
-    return t, r.content
+    if isinstance(got, str):
+        return DcgmSample(t=t, error=got)
+    return t, got
 
 
 def dcgm_sample(t: float, readings: list[GpuReading]) -> DcgmSample:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
@@ -451,17 +452,59 @@ class Page:
     body: bytes
 
 
+PAGE_CAP_BYTES = 8 * 1024 * 1024
+"""The most of a ``/metrics`` page read (decoded): a real vLLM page is ~20–60 KB, a DCGM
+exporter's for 8 GPUs ~100 KB; more is a hostile or broken server, not parsed."""
+OVER_CAP = f"a /metrics page over {PAGE_CAP_BYTES // (1024 * 1024)} MiB: not parsed"
+_INFLATED = ("gzip", "x-gzip", "deflate")
+
+
+async def get_page(client: httpx.AsyncClient, url: str) -> bytes | str:
+    """GET a ``/metrics`` page: its bytes, or why not (``HTTP 404``, ``OVER_CAP``, an
+    encoding). Identity is asked for and the body read as it streams, at most
+    ``PAGE_CAP_BYTES``: a huge page or a gzip bomb costs a bounded read on the loop, never
+    a gigabyte decoded in one step (a server that gzips anyway is inflated in steps, within
+    the same cap). httpx's errors propagate."""
+    async with client.stream("GET", url, headers={"Accept-Encoding": "identity"}) as r:
+        if r.status_code != 200:
+            return f"HTTP {r.status_code}"
+        encoding = r.headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity", *_INFLATED):
+            return (
+                f"a /metrics page in Content-Encoding {encoding[:40]!r}: not parsed "
+                "(allowed: identity, gzip, deflate)"
+            )
+        if r.is_stream_consumed:  # a test's mock response, built already read
+            return r.content if len(r.content) <= PAGE_CAP_BYTES else OVER_CAP
+        inflate = zlib.decompressobj(wbits=47) if encoding in _INFLATED else None  # gzip|zlib
+        body = bytearray()
+        async for raw in r.aiter_raw():
+            try:
+                chunk = (
+                    raw
+                    if inflate is None
+                    else inflate.decompress(raw, PAGE_CAP_BYTES + 1 - len(body))
+                )
+            except zlib.error as e:
+                return f"a /metrics page in Content-Encoding {encoding!r} that does not decode: {e}"
+            body += chunk
+            if len(body) > PAGE_CAP_BYTES or (inflate is not None and inflate.unconsumed_tail):
+                return OVER_CAP
+        return bytes(body)
+
+
 async def fetch(client: httpx.AsyncClient, base: str, origin_ns: int) -> Page | EngineSample:
-    """GET ``base/metrics`` once: the page, or a sample with ``error`` set (never a raise)."""
+    """GET ``base/metrics`` once (``get_page``: bounded in size): the page, or a sample
+    with ``error`` set (never a raise)."""
     t = (time.perf_counter_ns() - origin_ns) / 1e9
     try:
-        r = await client.get(f"{base}/metrics")
+        got = await get_page(client, f"{base}/metrics")
     except (httpx.HTTPError, OSError) as e:  # a socket that cannot be made escapes bare
         error = client_side(e) or (f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
         return EngineSample(t=t, engine=None, values={}, error=error)
-    if r.status_code != 200:
-        return EngineSample(t=t, engine=None, values={}, error=f"HTTP {r.status_code}")
-    return Page(t=t, body=r.content)
+    if isinstance(got, str):
+        return EngineSample(t=t, engine=None, values={}, error=got)
+    return Page(t=t, body=got)
 
 
 def parse_page(body: bytes, t: float) -> EngineSample:

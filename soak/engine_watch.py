@@ -160,9 +160,18 @@ class EngineWatch:
             else self.snapshot_timeout_s
             for i in range(len(self.endpoints))
         ]
+        parse_s: float | None = None
+        if timeout_s is None and self.parser is not None:
+            # A counter snapshot at a phase boundary (the reconciliation's edges) waits
+            # for a helper that is still starting, and for its parse, within its own bound.
+            parse_s = self.snapshot_timeout_s
+            await self.parser.ready(parse_s)
         seen = list(self._taken)
         samples = await asyncio.gather(
-            *(self._scrape(base, b) for base, b in zip(self.endpoints, bounds, strict=True))
+            *(
+                self._scrape(base, b, parse_s)
+                for base, b in zip(self.endpoints, bounds, strict=True)
+            )
         )
         for i, s in enumerate(samples):
             self._take(i, s, overlapped=self._taken[i] != seen[i])
@@ -178,9 +187,12 @@ class EngineWatch:
             self._note_trouble(i, why)
         return samples
 
-    async def _scrape(self, base: str, timeout_s: float) -> EngineSample:
+    async def _scrape(
+        self, base: str, timeout_s: float, parse_s: float | None = None
+    ) -> EngineSample:
         """One endpoint: the GET within ``timeout_s``, then the parse in the helper
-        (bounded by its ``stall_s``), or both on this loop without a helper."""
+        (bounded by ``parse_s``, default its ``stall_s``), or both on this loop without a
+        helper."""
         t = (time.perf_counter_ns() - self._origin_ns) / 1e9
         try:
             if self.parser is None:
@@ -194,7 +206,7 @@ class EngineWatch:
             )
         if isinstance(got, EngineSample):
             return got
-        return await self.parser.engine(got.body, got.t)
+        return await self.parser.engine(got.body, got.t, parse_s)
 
     def _parser_trouble(self, why: str) -> None:
         """The helper was lost (a warning event), or given up (also a soaktop failure)."""
@@ -299,7 +311,10 @@ class EngineWatch:
 
     def start(self) -> None:
         """Begin periodic scraping on the running loop (not at all in the bench's
-        ``SOAKTOP_BENCH_METRICS=none`` arm: its counter snapshots remain)."""
+        ``SOAKTOP_BENCH_METRICS=none`` arm: its counter snapshots remain). The parser's
+        helper starts now, in the background, so it is ready long before the load."""
+        if self.parser is not None:
+            self.parser.prestart()
         if bench_mode() == "none":
             return
         self._task = asyncio.get_running_loop().create_task(self._run(), name="engine-watch")

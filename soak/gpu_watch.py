@@ -152,7 +152,10 @@ class GpuWatch:
         await every(self.interval_s, self.scrape_all, "GPU watch (DCGM)", self.loop_errors)
 
     def start(self) -> None:
-        """Begin periodic scraping on the running loop."""
+        """Begin periodic scraping on the running loop; the parser's helper starts now, in
+        the background, so it is ready long before the load."""
+        if self.parser is not None:
+            self.parser.prestart()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="gpu-watch")
 
     async def stop(self) -> None:

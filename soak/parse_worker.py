@@ -4,21 +4,26 @@ Prometheus text is parsed by ``prometheus_client``'s pure-Python parser: about 3
 for a 21 KB vLLM page. On the runner's event loop that is 3 ms of lag per endpoint per
 scrape, added to the timing of every request in flight; a thread would not help (the
 GIL holds the loop while the thread parses). So each watch hands its fetched pages, as
-bytes, to one helper process (``python -m soak.parse_worker``, started at its first page:
-a fresh interpreter that imports only the parsers, never a ``fork`` of a process with a
+bytes, to one helper process (``python -m soak.parse_worker``, started when the watch
+starts: a fresh interpreter that imports only the parsers, never a ``fork`` of a process with a
 running loop and threads) and gets a compact, picklable sample back. The loop only does
 the pipe I/O and unpickles ~2 KB (microseconds); ``bench/loop_lag.py`` measures both.
+
+The helper starts in the background: the watch calls ``prestart`` from its ``start``,
+long before the load, so the first page finds it ready; a page that comes while a helper
+is still starting waits for it within its own bound, never for the start itself.
 
 Bounded, never a hang: a page not answered within ``stall_s`` (the interval's slack
 after the scrape bound) is a sample error — not answered, with the why, for the coverage —
 and the helper goes on (a starved CPU makes it slow, not broken). A helper that holds
 work and answers nothing for ``stuck_s`` (10 s) is stuck: it is killed and every page
 waiting on it becomes a sample error; a helper that died (its pipe closed) ends the same
-way. The next page starts a new one; after ``MAX_RESTARTS`` restarts, or when a helper
-cannot start at all, the parser is given up: every later page is an error, and
-``given_up`` says why (the watch records it as a soaktop failure). ``aclose`` closes the
-helper's stdin (it exits at end-of-file, as it does when the runner dies) and kills it if
-it does not go at once.
+way. A new one starts at once, in the background; one that cannot start (not ready within
+``START_TIMEOUT_S``) costs its pages, and the next page tries again. After
+``MAX_RESTARTS`` restarts the parser is given up: every later page is an error, and
+``given_up`` says why (the watch records it as a soaktop failure). ``aclose`` stops a
+start in progress (killing what it started), closes the helper's stdin (it exits at
+end-of-file, as it does when the runner dies) and kills it if it does not go at once.
 
 ``SOAKTOP_BENCH_METRICS`` (bench only, see ``bench/loop_lag.py``): ``loop`` parses on
 the loop as before; ``none`` also skips the engine watch's periodic scrapes (the counter
@@ -35,7 +40,7 @@ import pickle
 import signal
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Literal, NoReturn
 
@@ -45,13 +50,16 @@ from probes.handoff import ParseUnavailable
 
 BENCH_ENV = "SOAKTOP_BENCH_METRICS"
 MAX_RESTARTS = 3
+"""Helpers started after the first one died, hung or did not start, before the parser
+is given up."""
 STUCK_S = 10.0
 """A helper silent this long while holding work is stuck: it is killed and replaced."""
-"""Helpers started after the first one died or hung, before the parser is given up."""
 START_TIMEOUT_S = 10.0
 """A helper that has not said it is ready by then never will (an interpreter start and
 two imports take ~0.15 s on an idle machine)."""
 CLOSE_WAIT_S = 1.0
+HELPER_ARGV = (sys.executable, "-m", "soak.parse_worker")
+"""The helper's command line (a test swaps in one that never says it is ready)."""
 
 _REQ = struct.Struct("!cIdI")
 """Request: kind (``e`` engine, ``d`` DCGM), id, sample time, page length; the page."""
@@ -121,8 +129,9 @@ class ParseWorker:
         self.given_up: str | None = None
         """Why the parser was given up (None: it still works)."""
         self._helper: _Helper | None = None
+        self._spawning: asyncio.Task[_Helper | ParseUnavailable] | None = None
+        """The start in progress (one at a time), owned here, not by any page."""
         self._started = 0
-        self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
         self._closed = False
 
@@ -132,11 +141,13 @@ class ParseWorker:
         h = self._helper
         return h.proc.pid if h is not None and not h.ended else None
 
-    async def engine(self, body: bytes, t: float) -> EngineSample:
+    async def engine(self, body: bytes, t: float, bound_s: float | None = None) -> EngineSample:
         """``parse_page(body, t)`` in the helper; a parser failure is a sample with
-        ``error`` (never a raise), as an unparsable page is."""
+        ``error`` (never a raise), as an unparsable page is. ``bound_s`` (default
+        ``stall_s``): how long this page may wait — the runner's counter snapshots at the
+        phase boundaries allow their own, longer, bound."""
         try:
-            status, value = await self._call(b"e", t, body)
+            status, value = await self._call(b"e", t, body, bound_s)
         except ParseUnavailable as e:
             return EngineSample(t=t, engine=None, values={}, error=str(e))
         if status != "ok":
@@ -155,16 +166,39 @@ class ParseWorker:
         readings: list[GpuReading] = value
         return readings
 
-    async def _call(self, kind: bytes, t: float, body: bytes) -> tuple[str, Any]:
+    def prestart(self) -> None:
+        """Begin starting the helper in the background, on the running loop (the watch's
+        ``start``: long before the load, so the first page finds it ready); a no-op while
+        one runs or starts, or once closed or given up."""
+        if self._closed or self.given_up is not None or self._spawning is not None:
+            return
+        if self._helper is not None and not self._helper.ended:
+            return
+        with contextlib.suppress(ParseUnavailable):  # given up: said through on_trouble
+            self._begin_start()
+
+    async def ready(self, timeout_s: float = START_TIMEOUT_S) -> bool:
+        """Start the helper if none runs or starts, and wait up to ``timeout_s`` for it:
+        True when one is running."""
+        self.prestart()
+        if (task := self._spawning) is not None:
+            await asyncio.wait([task], timeout=timeout_s)  # never cancels the start
+        return self.pid is not None
+
+    async def _call(
+        self, kind: bytes, t: float, body: bytes, bound_s: float | None = None
+    ) -> tuple[str, Any]:
         loop = asyncio.get_running_loop()
-        h = await self._running()
+        bound = self.stall_s if bound_s is None else bound_s
+        deadline = loop.time() + bound  # the whole page: a start included
+        h = await self._running(deadline)
         if h.outstanding and loop.time() - h.progress > self.stuck_s:
             self._end(
                 h,
                 f"the {self.name} process answered nothing for {self.stuck_s:g} s while "
                 f"holding {h.outstanding} page(s): it was killed",
             )
-            h = await self._running()
+            h = await self._running(deadline)
         rid = next(self._ids) & 0xFFFFFFFF
         fut: asyncio.Future[tuple[str, Any]] = loop.create_future()
         if not h.outstanding:
@@ -174,7 +208,7 @@ class ParseWorker:
         assert h.proc.stdin is not None
         h.proc.stdin.write(_REQ.pack(kind, rid, t, len(body)) + body)
         try:
-            await asyncio.wait([fut], timeout=self.stall_s)
+            await asyncio.wait([fut], timeout=max(0.0, deadline - loop.time()))
         finally:
             h.pending.pop(rid, None)
         if not fut.done():
@@ -182,62 +216,99 @@ class ParseWorker:
                 raise ParseUnavailable(f"the {self.name} process was lost")
             kb = len(body) / 1024
             raise ParseUnavailable(
-                f"the {self.name} process gave no answer within {self.stall_s:g} s (a "
+                f"the {self.name} process gave no answer within {bound:g} s (a "
                 f"{kb:,.0f} KB page): this sample is lost; the helper goes on"
             )
         return fut.result()
 
-    async def _running(self) -> _Helper:
-        """The live helper, started (or restarted) when there is none."""
-        async with self._lock:
-            h = self._helper
-            if h is not None and not h.ended:
-                return h
-            if self.given_up is not None:
-                raise ParseUnavailable(self.given_up)
-            if self._closed:
-                raise ParseUnavailable(f"the {self.name} is closed")
-            if self._started > self.max_restarts:
-                self._give_up(
-                    f"the {self.name} process was lost {self._started} time(s) (last: "
-                    f"{self.troubles[-1] if self.troubles else '?'}); no page is parsed "
-                    "for the rest of the run"
-                )
-            if self._started:
-                self.restarts += 1
-            self._started += 1
-            h = await self._spawn()
-            self._helper = h
-            h.reader = asyncio.get_running_loop().create_task(
-                self._read(h), name=f"{self.name} reader"
-            )
+    async def _running(self, deadline: float) -> _Helper:
+        """The live helper; one starting is waited for until ``deadline`` (loop time) at
+        most, and none at all is started (in the background) first."""
+        h = self._helper
+        if h is not None and not h.ended:
             return h
+        if self.given_up is not None:
+            raise ParseUnavailable(self.given_up)
+        if self._closed:
+            raise ParseUnavailable(f"the {self.name} is closed")
+        task = self._spawning if self._spawning is not None else self._begin_start()
+        loop = asyncio.get_running_loop()
+        # asyncio.wait leaves the start running when this page stops waiting (its bound,
+        # or a cancelled scrape): the start belongs to the worker, not to one page.
+        await asyncio.wait([task], timeout=max(0.0, deadline - loop.time()))
+        if not task.done():
+            raise ParseUnavailable(
+                f"the {self.name} process is starting (not ready within {self.stall_s:g} s):"
+                " this sample is lost"
+            )
+        if task.cancelled():
+            raise ParseUnavailable(f"the {self.name} is closed")
+        got = task.result()
+        if isinstance(got, ParseUnavailable):
+            raise ParseUnavailable(str(got))
+        return got
+
+    def _begin_start(self) -> asyncio.Task[_Helper | ParseUnavailable]:
+        """Count a start (a restart after the first) and run it in the background; past
+        ``max_restarts`` the parser is given up instead (a raise)."""
+        if self._started > self.max_restarts:
+            self._give_up(
+                f"the {self.name} process was lost {self._started} time(s) (last: "
+                f"{self.troubles[-1] if self.troubles else '?'}); no page is parsed "
+                "for the rest of the run"
+            )
+        if self._started:
+            self.restarts += 1
+        self._started += 1
+        task = asyncio.get_running_loop().create_task(self._start(), name=f"{self.name} start")
+        self._spawning = task
+        return task
+
+    async def _start(self) -> _Helper | ParseUnavailable:
+        """One start: the running helper, or why it could not start (said through
+        ``on_trouble``; never raised, so nobody has to collect it)."""
+        try:
+            h = await self._spawn()
+        except ParseUnavailable as e:
+            self._lost(str(e))
+            return e
+        finally:
+            self._spawning = None
+        self._helper = h
+        h.reader = asyncio.get_running_loop().create_task(self._read(h), name=f"{self.name} reader")
+        return h
 
     async def _spawn(self) -> _Helper:
+        """A helper that said it is ready; ParseUnavailable when it did not. Cancelled (a
+        stop), the half-started process is killed, never left behind."""
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "soak.parse_worker",
+                *HELPER_ARGV,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 # stderr stays the runner's (runner.log): a helper's traceback lands there
             )
         except OSError as e:
-            self._give_up(f"the {self.name} process could not start ({e}); no page is parsed")
+            raise ParseUnavailable(f"the {self.name} process could not start ({e})") from None
         assert proc.stdout is not None
+        ready = False
         try:
-            hello = await asyncio.wait_for(proc.stdout.readexactly(len(_READY)), START_TIMEOUT_S)
-        except (TimeoutError, asyncio.IncompleteReadError):
-            hello = b""
-        if hello != _READY:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            self._give_up(
-                f"the {self.name} process did not start within {START_TIMEOUT_S:g} s "
-                f"(exit status {proc.returncode}); no page is parsed for the rest of the run"
-            )
-        return _Helper(proc)
+            with contextlib.suppress(TimeoutError, asyncio.IncompleteReadError):
+                hello = await asyncio.wait_for(
+                    proc.stdout.readexactly(len(_READY)), START_TIMEOUT_S
+                )
+                ready = hello == _READY
+            if ready:
+                return _Helper(proc)
+            code = await _exit_status(proc)
+        finally:
+            if not ready:  # it did not start, or this start was cancelled (a stop)
+                _kill(proc)
+        status = f"it exited with status {code}" if code is not None else "it was killed"
+        raise ParseUnavailable(
+            f"the {self.name} process did not say it was ready within "
+            f"{START_TIMEOUT_S:g} s ({status})"
+        )
 
     def _give_up(self, why: str) -> NoReturn:
         self.given_up = why
@@ -267,17 +338,24 @@ class ParseWorker:
             self._end(h, f"the {self.name} process died{status}")
 
     def _end(self, h: _Helper, why: str) -> None:
-        """Lose helper ``h``: kill it, fail its waiting pages with ``why``, tell the watch."""
+        """Lose helper ``h``: kill it, fail its waiting pages with ``why``, tell the watch,
+        and start its successor in the background (while restarts are left)."""
         if h.ended:
             return
         h.ended = True
-        with contextlib.suppress(ProcessLookupError):
-            h.proc.kill()
+        _kill(h.proc)
         if h.reader is not None and h.reader is not asyncio.current_task():
             h.reader.cancel()
+        self._lost(why, h.pending.values())
+        if not self._closed and self._started <= self.max_restarts:
+            self._begin_start()  # ready, most likely, before the next page
+
+    def _lost(self, why: str, pending: Iterable[asyncio.Future[Any]] = ()) -> None:
+        """Record a lost (or never started) helper, fail ``pending`` with the why and tell
+        the watch."""
         left = self.max_restarts - self._started + 1
         tail = "; a new one starts for the next page" if left > 0 else ""
-        for fut in h.pending.values():
+        for fut in pending:
             if not fut.done():
                 fut.set_exception(ParseUnavailable(why + tail))
         self.troubles.append(why)
@@ -285,9 +363,14 @@ class ParseWorker:
             self.on_trouble(why + tail)
 
     async def aclose(self) -> None:
-        """Stop the helper (end-of-file, then a kill after ``CLOSE_WAIT_S``); idempotent."""
+        """Stop a start in progress (killing what it started) and the helper (end-of-file,
+        then a kill after ``CLOSE_WAIT_S``); idempotent."""
         self._closed = True
-        h, self._helper = self._helper, None
+        if (task := self._spawning) is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self._spawning = None  # a start cancelled before it ran never cleared it
+        h, self._helper = self._helper, None  # a start that finished before the cancel
         if h is None or h.ended:
             return
         h.ended = True
@@ -299,13 +382,17 @@ class ParseWorker:
         try:
             await asyncio.wait_for(h.proc.wait(), CLOSE_WAIT_S)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                h.proc.kill()
+            _kill(h.proc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(h.proc.wait(), CLOSE_WAIT_S)
         if h.reader is not None:
             h.reader.cancel()
             await asyncio.gather(h.reader, return_exceptions=True)
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
 
 
 async def _exit_status(proc: asyncio.subprocess.Process) -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from probes.dcgm import parse_dcgm
 from probes.engine_metrics import parse_metrics, parse_page
+from soak import parse_worker
 from soak.coverage import LoadWindow
 from soak.engine_watch import EngineWatch
 from soak.events import EventLog
@@ -29,6 +31,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 async def test_the_helper_parses_real_pages_as_the_loop_does():
     w = ParseWorker()
     try:
+        assert await w.ready()  # the watch's prestart, long before its first page
         for name in ("vllm_0.32_cpu_metrics.txt", "sglang_metrics.txt", "tgi_metrics.txt"):
             text = (FIXTURES / name).read_text()
             got = await w.engine(text.encode(), 12.5)
@@ -64,6 +67,7 @@ async def test_a_killed_helper_is_recorded_and_replaced():
             await asyncio.sleep(0.02)
         assert told and told[0].startswith("the metrics parser process died")
         assert "a new one starts for the next page" in told[0]
+        assert await w.ready()  # the successor started at once, in the background
         s = await w.engine(REAL.encode(), 1.0)
         assert s == parse_metrics(REAL, 1.0)
         assert w.restarts == 1 and w.pid not in (None, pid) and w.given_up is None
@@ -75,6 +79,7 @@ async def test_a_hung_helper_costs_the_page_within_the_bound_then_works_again():
     told: list[str] = []
     w = ParseWorker(stall_s=0.3, on_trouble=told.append, stuck_s=1.0)
     try:
+        assert await w.ready()
         await w.engine(REAL.encode(), 0.0)
         pid = w.pid
         assert pid is not None
@@ -87,7 +92,14 @@ async def test_a_hung_helper_costs_the_page_within_the_bound_then_works_again():
             assert s.error.startswith("the metrics parser process gave no answer within 0.3 s")
         assert told == [] and w.pid == pid
         await asyncio.sleep(1.1)  # silent for longer than stuck_s while holding work
-        assert (await w.engine(REAL.encode(), 2.0)) == parse_metrics(REAL, 2.0)
+        t0 = time.monotonic()
+        first = await w.engine(REAL.encode(), 2.0)  # kills it; waits for the new one ≤ 0.3 s
+        assert time.monotonic() - t0 < 2.0
+        assert first == parse_metrics(REAL, 2.0) or first.error == (
+            "the metrics parser process is starting (not ready within 0.3 s): this sample is lost"
+        )
+        assert await w.ready()
+        assert (await w.engine(REAL.encode(), 3.0)) == parse_metrics(REAL, 3.0)
         assert w.restarts == 1 and w.pid != pid
         assert len(told) == 1 and "answered nothing for 1 s" in told[0]  # one helper lost
     finally:
@@ -119,6 +131,7 @@ async def test_a_parser_lost_too_often_is_given_up_and_a_soaktop_failure(tmp_pat
     watch._client = httpx.AsyncClient(transport=httpx.MockTransport(metrics))
     try:
         assert watch.parser is not None and watch.parser.stall_s == 0.1  # 0.5 s - 0.4 s
+        assert await watch.parser.ready()  # start() would have begun it long before
         (s,) = await watch.tick()
         assert s == parse_metrics(REAL, s.t)  # parsed in the helper, as on the loop
         assert watch.parser.pid is not None
@@ -140,6 +153,7 @@ async def test_a_parser_lost_too_often_is_given_up_and_a_soaktop_failure(tmp_pat
 
 async def test_stop_ends_a_stuck_helper_within_its_bound(tmp_path):
     w = ParseWorker()
+    assert await w.ready()
     await w.engine(REAL.encode(), 0.0)
     pid = w.pid
     assert pid is not None
@@ -165,7 +179,141 @@ async def test_dcgm_pages_go_through_the_helper_too(tmp_path):
     await watch._client.aclose()
     watch._client = httpx.AsyncClient(transport=httpx.MockTransport(exporter))
     try:
+        assert watch.parser is not None and await watch.parser.ready()
         (s,) = await watch.scrape_all()
         assert s.error is None and s.readings == parse_dcgm(DEFAULT_COUNTERS)
+    finally:
+        await watch.stop()
+
+
+# -- the start: in the background, and never a wait longer than a page's bound ----------
+
+
+def _never_ready(monkeypatch: pytest.MonkeyPatch, pids: Path) -> None:
+    """Helpers that start, note their PID and never say they are ready."""
+    script = (
+        "import os, sys, time; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); time.sleep(60)"
+    )
+    monkeypatch.setattr(parse_worker, "HELPER_ARGV", (sys.executable, "-c", script, str(pids)))
+
+
+def _read_pids(path: Path) -> list[int]:
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+async def _pids(path: Path, n: int) -> list[int]:
+    for _ in range(500):
+        if len(got := _read_pids(path)) >= n:
+            return got
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{n} helper(s) never started")
+
+
+async def _gone(pid: int) -> bool:
+    for _ in range(250):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def test_a_page_waits_for_a_starting_helper_only_within_its_bound(monkeypatch, tmp_path):
+    _never_ready(monkeypatch, tmp_path / "pids")
+    w = ParseWorker(stall_s=0.2)
+    w.prestart()  # the watch's start()
+    try:
+        t0 = time.monotonic()
+        pages = await asyncio.gather(*(w.engine(REAL.encode(), 1.0) for _ in range(3)))
+        assert time.monotonic() - t0 < 2.0  # not START_TIMEOUT_S (10 s)
+        for s in pages:
+            assert s.engine is None and s.error == (
+                "the metrics parser process is starting (not ready within 0.2 s): "
+                "this sample is lost"
+            )
+        # a page cancelled while it waits (a stop of its scrape) leaves the start running
+        page = asyncio.ensure_future(w.engine(REAL.encode(), 2.0))
+        await asyncio.sleep(0.05)
+        page.cancel()
+        await asyncio.gather(page, return_exceptions=True)
+        (pid,) = await _pids(tmp_path / "pids", 1)  # one start for all those pages
+        assert w._spawning is not None and not w._spawning.done()
+    finally:
+        t0 = time.monotonic()
+        await w.aclose()  # cancels the start in progress: its process is killed
+        assert time.monotonic() - t0 < 2.0
+    assert w._spawning is None and await _gone(pid)
+    assert (await w.engine(REAL.encode(), 3.0)).error == "the metrics parser is closed"
+
+
+async def test_a_helper_that_does_not_start_is_retried_then_given_up(monkeypatch, tmp_path):
+    _never_ready(monkeypatch, tmp_path / "pids")
+    monkeypatch.setattr(parse_worker, "START_TIMEOUT_S", 0.3)
+    told: list[str] = []
+    w = ParseWorker(stall_s=0.1, on_trouble=told.append, max_restarts=1)
+    try:
+        assert not await w.ready()  # the first start fails: retried at the next page
+        assert told == [
+            "the metrics parser process did not say it was ready within 0.3 s (it was "
+            "killed); a new one starts for the next page"
+        ]
+        assert w.given_up is None and w.restarts == 0
+        lost = await w.engine(REAL.encode(), 1.0)  # starts the second, which fails too
+        assert lost.error is not None and "is starting" in lost.error
+        assert not await w.ready(5.0) and w.restarts == 1 and len(told) == 2
+        given_up = await w.engine(REAL.encode(), 2.0)
+        assert given_up.error == w.given_up and w.given_up is not None
+        assert "lost 2 time(s)" in w.given_up and "no page is parsed" in w.given_up
+    finally:
+        await w.aclose()
+    for pid in await _pids(tmp_path / "pids", 2):  # each failed start's process was killed
+        assert await _gone(pid)
+
+
+async def test_the_watches_start_their_helper_when_they_start(tmp_path):
+    events = EventLog(JsonlWriter(tmp_path / "events.jsonl"), time.perf_counter_ns())
+    telemetry = JsonlWriter(tmp_path / "telemetry.jsonl")
+    engines = EngineWatch(["http://x"], {}, time.perf_counter_ns(), telemetry, parser=ParseWorker())
+    gpus = GpuWatch(
+        ["http://gpu:9400"],
+        time.perf_counter_ns(),
+        telemetry,
+        events,
+        parser=ParseWorker("DCGM parser"),
+    )
+    for watch in (engines, gpus):
+        assert watch.parser is not None and watch.parser.pid is None
+        watch.start()
+        assert watch.parser._spawning is not None  # begun before any page is fetched
+    try:
+        for watch in (engines, gpus):
+            assert watch.parser is not None and await watch.parser.ready()
+    finally:
+        await engines.stop()
+        await gpus.stop()
+
+
+async def test_a_counter_snapshot_waits_for_a_helper_that_is_still_starting(tmp_path):
+    """The reconciliation's edges (scrape_all without a bound) must not lose their page
+    because the helper was not up yet; the periodic tick may."""
+
+    async def metrics(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=REAL)
+
+    watch = EngineWatch(
+        ["http://x"],
+        {},
+        time.perf_counter_ns(),
+        JsonlWriter(tmp_path / "telemetry.jsonl"),
+        interval_s=1.0,
+        parser=ParseWorker(),
+    )
+    await watch._client.aclose()
+    watch._client = httpx.AsyncClient(transport=httpx.MockTransport(metrics))
+    try:
+        assert watch.parser is not None and watch.parser.pid is None  # nothing started yet
+        (s,) = await watch.scrape_all()
+        assert s.error is None and s == parse_metrics(REAL, s.t)
     finally:
         await watch.stop()

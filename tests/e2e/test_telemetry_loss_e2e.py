@@ -50,7 +50,9 @@ def test_hung_metrics_and_health_cost_no_wall_time_and_are_said(tmp_path):
     # snapshots (2 s each at most) and the watchers' stop; unfixed this took 32 s.
     spans = {p["name"]: p["end_s"] - p["start_s"] for p in rec["phases"]}
     assert spans["identity"] < 3.0 and spans["barrier"] < 3.0 and spans["drain"] < 3.0, spans
-    assert abs(rec["load"]["elapsed_s"] - LOAD_S) < 0.5
+    # the load is not stretched by the hung /metrics (unfixed: tens of seconds); 2 s is
+    # room for a busy CI box's drain, not for a scrape waited on
+    assert abs(rec["load"]["elapsed_s"] - LOAD_S) < 2.0
     assert wall < LOAD_S + 10, f"{wall:.1f} s of wall time for a {LOAD_S:g} s load"
     cov = rec["telemetry"]["coverage"]
     engine = cov["engine_metrics"]["endpoint 0"]
