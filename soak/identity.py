@@ -7,9 +7,12 @@ the runner turns that into a FAILED preflight instead of a load against nothing.
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from probes.engine_metrics import get_page
 from soak.record import EndpointIdentity
 
 _ENGINE_PREFIXES = (
@@ -71,10 +74,11 @@ async def probe_endpoint(client: httpx.AsyncClient, base: str) -> EndpointIdenti
     except (httpx.HTTPError, ValueError, AttributeError):
         pass  # /version is vLLM-specific; other engines lack it
     try:
-        m = await client.get(f"{base}/metrics", timeout=OPTIONAL_TIMEOUT_S)
-        if m.status_code == 200:
-            read_metrics(m.text, ident)
-    except (httpx.HTTPError, ValueError):
+        # Streamed and capped like every scrape (a huge page or a gzip bomb is refused).
+        page = await asyncio.wait_for(get_page(client, f"{base}/metrics"), OPTIONAL_TIMEOUT_S)
+        if isinstance(page, bytes):
+            read_metrics(page.decode("utf-8", "replace"), ident)
+    except (httpx.HTTPError, ValueError, TimeoutError):
         pass  # metrics are optional for the load; telemetry reports their absence
     return ident
 

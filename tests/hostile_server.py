@@ -248,26 +248,28 @@ def hostile_server(script: dict[str, Any] | None = None, *, timeout_s: float = 2
         script_file = Path(tmp) / "script.json"
         ready_file = Path(tmp) / "ready"
         script_file.write_text(json.dumps(script or {}))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.hostile_server", str(script_file), str(ready_file)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            cwd=Path(__file__).resolve().parent.parent,
-        )
+        # stderr to a file, never a pipe: a client that drops its streams makes aiohttp log
+        # a traceback per request, and an unread pipe would fill and freeze the server.
+        err_file = Path(tmp) / "stderr"
+        with err_file.open("wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.hostile_server", str(script_file), str(ready_file)],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                cwd=Path(__file__).resolve().parent.parent,
+            )
         try:
             deadline = time.monotonic() + timeout_s
             while not ready_file.exists() or not ready_file.read_text():
                 if proc.poll() is not None or time.monotonic() > deadline:
                     proc.kill()
-                    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-                    raise RuntimeError(f"hostile server did not start: {err[-2000:]}")
+                    text = err_file.read_text(errors="replace")
+                    raise RuntimeError(f"hostile server did not start: {text[-2000:]}")
                 time.sleep(0.02)
             yield ready_file.read_text().strip()
         finally:
             proc.kill()
             proc.wait(10)
-            if proc.stderr:
-                proc.stderr.close()
 
 
 async def _serve(script: dict[str, Any], ready_file: Path) -> None:
