@@ -344,48 +344,64 @@ def finalize_run(runner: Runner, timing: LoadTiming | None) -> int:
 
 
 def write_final(run_dir: Path, record: RunRecord) -> int:
-    """Write record.json and summary.csv into the space the run held for them.
+    """Write summary.csv, then record.json, into the space the run held for them.
 
-    The reserve (``soak.journal.reserve_space``) is freed first. If the record still does
-    not fit, a smaller one without the telemetry and matrix sections is tried, and says
-    so; if nothing fits, the exit code says "storage" and ``soaktop recover`` can write
-    the record from the journals once there is space. Returns the exit code.
+    The reserve (``soak.journal.reserve_space``) is freed first. summary.csv goes first so
+    that the record — what every reader trusts — can say when it could not be written
+    (its exit code then says "storage"). If the record does not fit, a smaller one without
+    the telemetry and matrix sections is tried, and says so; if nothing fits, the exit
+    code says "storage" and ``soaktop recover`` can write the record from the journals
+    once there is space. Returns the exit code.
     """
     release_reserve(run_dir)
     try:
+        write_atomic(run_dir / "summary.csv", summary_csv(record))
+    except OSError as e:
+        _log(f"summary.csv: {storage_words(e)}")
+        record = _with_reason(
+            record,
+            Reason(
+                code="storage_error",
+                effect="note",
+                message=f"summary.csv could not be written ({storage_words(e)}); the record "
+                "holds every figure (exit 5)",
+            ),
+        )
+    try:
         write_record(run_dir, record)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            print(f"soaktop runner: record.json: {storage_words(e)}", file=sys.stderr, flush=True)
-        reasons = [
-            *record.reasons,
+        _log(f"record.json: {storage_words(e)}")
+        small = _with_reason(
+            record,
             Reason(
                 code="record_truncated",
                 effect="note",
                 message=f"the full record did not fit on the disk ({storage_words(e)}): its "
                 "telemetry and matrix sections were left out; the journals hold them",
             ),
-        ]
-        small = record.model_copy(
-            update={
-                "telemetry": {},
-                "matrix": None,
-                "reasons": reasons,
-                "exit_code": exit_code_for(record.status, reasons),
-            }
+            telemetry={},
+            matrix=None,
         )
         try:
             write_record(run_dir, small)
         except OSError:
             return EXIT_STORAGE
         record = small
-    try:
-        write_atomic(run_dir / "summary.csv", summary_csv(record))
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            print(f"soaktop runner: summary.csv: {storage_words(e)}", file=sys.stderr, flush=True)
-        return EXIT_STORAGE
     return record.exit_code
+
+
+def _with_reason(record: RunRecord, reason: Reason, **update: Any) -> RunRecord:
+    """``record`` with one more reason (and its exit code recomputed)."""
+    reasons = [*record.reasons, reason]
+    return record.model_copy(
+        update={**update, "reasons": reasons, "exit_code": exit_code_for(record.status, reasons)}
+    )
+
+
+def _log(message: str) -> None:
+    """A line for runner.log, which shares the failing disk (a failed print is dropped)."""
+    with contextlib.suppress(OSError):
+        print(f"soaktop runner: {message}", file=sys.stderr, flush=True)
 
 
 def _probe_journal(runner: Runner) -> JsonlWriter | None:

@@ -180,9 +180,6 @@ def follow(
         for reason in rec.reasons:  # the cause on stderr too, where scripts look for it
             if reason.code == "storage_error":
                 print(f"soaktop: {safe_line(reason.message)}", file=sys.stderr, flush=True)
-        if rc == EXIT_STORAGE and rec.exit_code != EXIT_STORAGE:
-            print(f"soaktop: {summary_lost(handle.run_dir)}", file=sys.stderr, flush=True)
-            return EXIT_STORAGE
         return rec.exit_code
     if rc == EXIT_STORAGE:
         print(
@@ -203,15 +200,6 @@ def follow(
         flush=True,
     )
     return EXIT_CODES[Status.ABORTED]
-
-
-def summary_lost(run_dir: Path) -> str:
-    """What to say when the runner exited 5 although its record was written: the disk
-    filled between record.json and summary.csv."""
-    return (
-        f"the record was written but {run_dir / 'summary.csv'} was not (disk full, quota or "
-        "I/O error: see runner.log); the record holds every figure"
-    )
 
 
 def event_line(ev: dict[str, Any]) -> str:

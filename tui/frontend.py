@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from soak.headless import EXIT_DETACHED, final_report, summary_lost
+from soak.headless import EXIT_DETACHED, final_report
 from soak.record import EXIT_CODES, EXIT_STORAGE, EXIT_USAGE, Status, load_record
 from soak.safe_text import safe_text
 from tui.app import SoakTopApp
@@ -94,12 +94,7 @@ class TuiFrontend:
                 handle.proc.wait(timeout=RUNNER_EXIT_WAIT_S)
         if outcome is not None and outcome.kind == "hangup":
             outcome = self._follow_stop(handle)
-        code = self._finish(outcome, handle.run_dir, handle.pid)
-        finished = outcome is not None and outcome.kind == "finished"
-        if finished and handle.proc.poll() == EXIT_STORAGE and code != EXIT_STORAGE:
-            self._warn(summary_lost(handle.run_dir))  # the record fitted, summary.csv not
-            return EXIT_STORAGE
-        return code
+        return self._finish(outcome, handle.run_dir, handle.pid)
 
     def _follow_stop(self, handle: RunnerHandle) -> Outcome:
         """After a hang-up stopped the run (the demo): wait for the runner, as headless

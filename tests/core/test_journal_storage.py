@@ -126,3 +126,28 @@ def test_a_disk_that_fails_after_the_verdict_still_exits_5_and_says_so() -> None
     during = [Reason(code="storage_error", effect="aborted", message="the run directory …")]
     again = storage_reasons_after(during, "x", {"requests.jsonl": 3, "events.jsonl": 0})
     assert len(again) == 1 and again[0].message.endswith("not written: 3 lines of requests.jsonl")
+
+
+def test_a_summary_csv_that_does_not_fit_is_said_in_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """summary.csv goes first, so the record can say it is missing and exit 5."""
+    from soak import finalize
+    from soak.record import RunRecord, Status, load_record
+
+    record = RunRecord(
+        run_id="r", status=Status.PASSED, exit_code=0, config={}, started_at="", ended_at=""
+    )
+    real = finalize.write_atomic
+
+    def csv_fails(path: Path, data: bytes) -> None:
+        if path.name == "summary.csv":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(finalize, "write_atomic", csv_fails)
+    assert finalize.write_final(tmp_path, record) == 5
+    rec = load_record(tmp_path)
+    assert rec.status is Status.PASSED and rec.exit_code == 5
+    assert rec.reasons[-1].code == "storage_error"
+    assert rec.reasons[-1].message.startswith("summary.csv could not be written (disk full")

@@ -44,9 +44,6 @@ class FakeProc:
     def wait(self, timeout: float | None = None) -> int:
         return 0
 
-    def poll(self) -> int | None:
-        return 0
-
 
 class FakeHandle:
     """Stands in for ``soak.spawn.RunnerHandle``."""
@@ -206,9 +203,6 @@ class StoppingProc:
             raise subprocess.TimeoutExpired("soak.runner", timeout or 0)
         self.run.finish()
         return 1
-
-    def poll(self) -> int | None:
-        return 1 if self.finishes else None
 
 
 def test_demo_hangup_waits_for_the_record_before_returning(
