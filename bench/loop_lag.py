@@ -9,7 +9,7 @@ the loop, the loop's share of a page handed to the parser process and one host s
 cost; after them, the per-line cost of classifying the server log.
 
 Method
-- Engine: the simulated vLLM (``soak.demo.simulated_engine``), ``--replicas`` replicas
+- Engine: the simulated vLLM (``soak.cli.demo.simulated_engine``), ``--replicas`` replicas
   (default 1: eight real replicas are too heavy for a 2-core box); the runner is given
   ``--endpoints`` endpoint URLs (default 8) cycling over the replicas, so with one replica
   the same server is scraped 8 times a second — 8 pages of ~22 KB parsed a second, as 8
@@ -18,7 +18,7 @@ Method
   ``--duration`` (12 s), ``--telemetry-interval 1``, snapshots every 0.25 s (a TOML
   ``[run]`` file), the replicas' logs followed (``--server-log``) in every arm, no gates,
   ``--no-nvml``.
-- Arms (``SOAKTOP_BENCH_METRICS``, read by ``soak.parse_worker``; only the engine watch
+- Arms (``SOAKTOP_BENCH_METRICS``, read by ``soak.watch.parse_worker``; only the engine watch
   differs between them): ``none`` — no periodic ``/metrics`` scrapes (the counter
   snapshots at the barrier and the drain remain); ``loop`` — scraped every second and
   parsed on the runner's loop (the old path); ``worker`` — scraped every second, parsed in
@@ -47,9 +47,9 @@ import orjson
 from probes.engine_metrics import parse_page
 from probes.host import ProcessSampler
 from probes.server_log import classify
-from soak.demo import simulated_engine
-from soak.journal import read_jsonl
-from soak.parse_worker import BENCH_ENV, ParseWorker
+from soak.cli.demo import simulated_engine
+from soak.record.journal import read_jsonl
+from soak.watch.parse_worker import BENCH_ENV, ParseWorker
 
 ARMS = ("none", "loop", "worker")
 

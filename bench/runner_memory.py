@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from soak.config import load_config
-from soak.demo import simulated_engine
-from soak.journal import JsonlTail
-from soak.record import load_record
-from soak.spawn import start_runner
+from soak.cli.demo import simulated_engine
+from soak.record.journal import JsonlTail
+from soak.record.models import load_record
+from soak.run.config import load_config
+from soak.run.spawn import start_runner
 
 RSS_TARGET_MB = 300.0
 GROWTH_TARGET_B = 100.0

@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from soak.demo import simulated_engine
-from soak.journal import read_jsonl
-from soak.record import load_record
+from soak.cli.demo import simulated_engine
+from soak.record.journal import read_jsonl
+from soak.record.models import load_record
 
 CPU_TARGET = 1.05
 TTFT_FLOOR_MS = 1.0

@@ -4,7 +4,7 @@ Parsed with ``prometheus_client``'s parser (never substring matching) in one pas
 engine is recognised from the metric names present (``vllm:``, ``sglang:``, ``tgi_``,
 ``llamacpp:``) and its names are mapped through that engine's table (``ENGINES``). A key
 the engine does not export is ``None``, never 0. Counter values are the server's totals;
-deltas and resets are the caller's business (``soak.reconcile``).
+deltas and resets are the caller's business (``soak.judge.reconcile``).
 
 Several engines behind one endpoint (vLLM data parallel: the ``engine`` label; SGLang:
 ``dp_rank``) add up in ``values``; ``EngineSample.engines`` holds each engine's own.

@@ -1,7 +1,7 @@
 """Parsing a scraped page away from the caller's event loop: what can go wrong there.
 
 ``probes`` fetches pages and maps them to samples; where the mapping runs is the caller's
-choice (``soak.parse_worker`` runs it in a helper process so the measuring loop never
+choice (``soak.watch.parse_worker`` runs it in a helper process so the measuring loop never
 parses). A parse the helper could not do is not the server's fault, and says so.
 """
 

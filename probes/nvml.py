@@ -104,7 +104,7 @@ class GpuProcess:
 class NvmlReading(GpuReading):
     """One local GPU in one NVML read. ``host`` is None (this host); ``last_xid`` stays None
     (NVML delivers Xids as events: :class:`XidEventWatcher`; the GPU's last Xid is kept by
-    ``soak.gpu_ledger.GpuState``, not by a reading); ``ecc_dbe_volatile`` is the
+    ``soak.watch.gpu.ledger.GpuState``, not by a reading); ``ecc_dbe_volatile`` is the
     volatile uncorrected ECC total; ``remapped_rows_uncorrectable``, ``row_remap_pending`` and
     ``row_remap_failure`` come from ``nvmlDeviceGetRemappedRows``."""
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from probes.xid import XID_ERROR_ONLY, xid_meaning
+
 Severity = Literal["error", "critical"]
 
 MAX_LINE_CHARS = 500
@@ -84,40 +86,6 @@ _LEVEL = re.compile(
     r"(?:^|[\s)\]])(DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d|:\s)"
 )
 
-XID_MEANING: dict[int, str] = {
-    13: "graphics engine exception",
-    31: "GPU memory page fault (illegal memory access)",
-    43: "channel stopped after an application fault",
-    45: "preemptive cleanup after a fault",
-    48: "double-bit ECC error",
-    63: "row remap recorded",
-    64: "row remap failed",
-    74: "NVLink error",
-    79: "GPU fell off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    109: "context switch timeout",
-    119: "GSP timeout (GPU reset needed)",
-    120: "GSP error (GPU reset needed)",
-}
-"""Xids that matter in inference (ENGINE_FACTS.md)."""
-
-XID_UNKNOWN = "not in soaktop's Xid table (see NVIDIA's Xid catalogue)"
-"""The words for an Xid soaktop has none for, on every path (NVML, DCGM, server log)."""
-
-
-def xid_meaning(xid: int, exporter_words: str | None = None) -> str:
-    """Words for an Xid: soaktop's table first, then a DCGM exporter's own ``err_msg``,
-    else :data:`XID_UNKNOWN`. The one place every source words an Xid."""
-    if xid in XID_MEANING:
-        return XID_MEANING[xid]
-    return exporter_words or XID_UNKNOWN
-
-
-_XID_ERROR_ONLY = frozenset({13, 31, 43, 45, 63, 92, 94})
-"""Faults of one application, or events the driver recorded and contained: ``error``.
-Any other Xid means the GPU itself needs attention: ``critical``."""
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\):? (\d+)")
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory")
@@ -187,7 +155,7 @@ def _match(text: str) -> tuple[str, Severity, str] | None:
     if m := _XID.search(text):
         xid, where = int(m.group(2)), m.group(1)
         meaning = xid_meaning(xid)
-        severity: Severity = "error" if xid in _XID_ERROR_ONLY else "critical"
+        severity: Severity = "error" if xid in XID_ERROR_ONLY else "critical"
         return "xid", severity, f"Xid {xid} on PCI:{where}: {meaning}"
     if _OOM.search(text):
         summary = "CUDA out of memory"

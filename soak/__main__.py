@@ -2,6 +2,6 @@
 
 import sys
 
-from soak.cli import main
+from soak.cli.main import main
 
 sys.exit(main())

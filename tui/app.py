@@ -19,8 +19,8 @@ from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from soak.control import send_control
-from soak.record import EXIT_STORAGE
+from soak.record.models import EXIT_STORAGE
+from soak.run.control import send_control
 from soak.safe_text import safe_line, safe_text
 from themes import SOAKTOP_THEMES, STYLESHEET
 from tui import keys

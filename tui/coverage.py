@@ -4,7 +4,7 @@ The runner writes ``telemetry.coverage.<source>.<key>`` into every snapshot (and
 record) — ``{answered, expected, share, lost, why, failures}`` per engine ``/metrics``
 and ``/health`` (``endpoint i``), server log, DCGM exporter (``exporter i``), NVML
 (``local GPUs``) and the host sampler — and, while running, one ``telemetry_lost`` (or
-``telemetry_missing``) reason per source lost so far (see ``soak.coverage``). A source
+``telemetry_missing``) reason per source lost so far (see ``soak.judge.coverage``). A source
 nobody configured has no entry; a healthy one is not drawn: panes show only what was lost.
 """
 
@@ -23,7 +23,7 @@ LOSS_CODES = frozenset({"telemetry_lost", "telemetry_missing"})
 
 
 _LOST_MESSAGE = re.compile(r"^(?P<source>.+?) of (?P<key>.+?) answered ")
-"""``engine /metrics of endpoint 0 answered 0 of 16 ...`` (``soak.coverage``'s words)."""
+"""``engine /metrics of endpoint 0 answered 0 of 16 ...`` (``soak.judge.coverage``'s words)."""
 
 
 @dataclass(frozen=True)

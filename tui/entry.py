@@ -2,7 +2,7 @@
 
 ``soak`` never imports ``tui`` (import-linter enforces it), so this module wires them:
 it hands ``TuiFrontend`` (the factory: ``TuiFrontend(theme, ascii, refresh_s)``) to
-``soak.cli.main``, which owns every flag (``--theme``/``--ascii``/``--refresh`` included)
+``soak.cli.main.main``, which owns every flag (``--theme``/``--ascii``/``--refresh`` included)
 and decides when to build it (never with ``--headless`` or without a terminal).
 """
 
@@ -16,7 +16,7 @@ from tui.frontend import TuiFrontend
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``soaktop`` with the monitor available."""
-    from soak.cli import main as cli_main
+    from soak.cli.main import main as cli_main
 
     return cli_main(argv, ui=TuiFrontend)
 

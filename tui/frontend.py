@@ -1,7 +1,7 @@
 """What the CLI calls to show a run: follow a runner it started, attach, or view.
 
 ``soak`` never imports ``tui``: the console script (``tui.entry``) hands the class to
-``soak.cli.main`` as its frontend factory; the CLI builds one from the display flags
+``soak.cli.main.main`` as its frontend factory; the CLI builds one from the display flags
 (``TuiFrontend(theme=..., ascii=..., refresh_s=...)``) and calls ``follow``, ``attach``
 or ``view``. Nothing
 is printed while the app is on screen; the closing message (verdict, how to re-attach,
@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from soak.headless import EXIT_DETACHED, final_report
-from soak.record import EXIT_CODES, EXIT_STORAGE, EXIT_USAGE, Status, load_record
+from soak.cli.headless import EXIT_DETACHED, final_report
+from soak.record.models import EXIT_CODES, EXIT_STORAGE, EXIT_USAGE, Status, load_record
 from soak.safe_text import safe_text
 from tui.app import SoakTopApp
 from tui.outcome import Outcome
@@ -28,7 +28,7 @@ from tui.runner_link import PidRunner
 from tui.settings import UiSettings, resolve_settings
 
 if TYPE_CHECKING:
-    from soak.spawn import RunnerHandle
+    from soak.run.spawn import RunnerHandle
 
 RUNNER_EXIT_WAIT_S = 30.0
 """After the record appeared, how long to wait for our runner child to exit."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from soak.journal import JsonlTail, read_jsonl
+from soak.record.journal import JsonlTail, read_jsonl
 from tui.fmt import dicts, mapping, num, text
 
 HISTORY_POINTS = 3600

@@ -1,7 +1,7 @@
 """The monitor's handle on a runner: the child we started, or a pid from the run dir.
 
 Both answer ``poll()`` (None while running) and ``signal()``; controls themselves go
-through ``control.jsonl`` (``soak.control.send_control``), which works for either.
+through ``control.jsonl`` (``soak.run.control.send_control``), which works for either.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def runner_alive(pid: int) -> bool:
         proc = psutil.Process(pid)
         if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        return "soak.runner" in " ".join(proc.cmdline())
+        return "soak.run.runner" in " ".join(proc.cmdline())
     except psutil.AccessDenied:
         return True  # someone else's process we may not inspect: assume it lives
     except psutil.Error:

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from soak.cli_reports import add_parsers
-from soak.compare import (
+from soak.after.compare import (
     NotARunDir,
     compare,
     comparison_json,
@@ -28,6 +27,7 @@ from soak.compare import (
     render_text,
     verdict_words,
 )
+from soak.cli.reports import add_parsers
 
 FIXTURES = Path(__file__).parents[1] / "report" / "fixtures"
 PASSED, FAILED = FIXTURES / "passed", FIXTURES / "post-load-500"
@@ -233,9 +233,9 @@ def test_runs_lists_newest_first_with_running_and_no_record(tmp_path):
     folder.mkdir()
     old = _copy(PASSED, folder / "old", started_at="2020-01-01T00:00:00+00:00")
     new = _copy(FAILED, folder / "new", started_at="2030-01-01T00:00:00+00:00")
-    # A live process whose command line names soak.runner stands in for a runner.
+    # A live process whose command line names soak.run.runner stands in for a runner.
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)", "soak.runner"],
+        [sys.executable, "-c", "import time; time.sleep(60)", "soak.run.runner"],
     )
     try:
         _run_dir_without_record(folder / "live", proc.pid, 1.9e9)  # 2030-03

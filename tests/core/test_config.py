@@ -2,7 +2,7 @@
 
 import pytest
 
-from soak.config import ConfigError, load_config
+from soak.run.config import ConfigError, load_config
 
 BASE = {"endpoints": ["http://127.0.0.1:8000"], "model": "tiny"}
 
@@ -68,7 +68,7 @@ def test_telemetry_flags_parse_and_bad_values_name_the_field():
     import subprocess
     import sys
 
-    from soak.cli import _cli_values, build_parser
+    from soak.cli.main import _cli_values, build_parser
 
     ns = build_parser().parse_args(
         [

@@ -16,20 +16,20 @@ from probes.dcgm import scrape_dcgm
 from probes.engine_metrics import PAGE_CAP_BYTES, EngineSample
 from probes.health import check_health
 from probes.neterrors import client_side
-from soak.config import ConfigError, load_config
-from soak.coverage import (
+from soak.judge.coverage import (
     Coverage,
     LoadWindow,
     coverage_problems,
     coverage_reasons,
     parse_required,
 )
-from soak.engine_watch import EngineWatch
-from soak.events import EventLog
-from soak.fault_watch import FaultWatch, fault_reasons
-from soak.journal import JsonlWriter
-from soak.periodic import poll_timeout
-from soak.reconcile import reconcile_window
+from soak.judge.reconcile import reconcile_window
+from soak.record.events import EventLog
+from soak.record.journal import JsonlWriter
+from soak.run.config import ConfigError, load_config
+from soak.watch.engine import EngineWatch
+from soak.watch.health import FaultWatch, fault_reasons
+from soak.watch.periodic import poll_timeout
 from tests.core.test_engine_metrics import REAL
 
 pytestmark = pytest.mark.timeout(30)

@@ -3,7 +3,7 @@
 a run, a record.json truncated / not JSON / of the wrong shape / missing fields / of the
 wrong types, a missing config.json, journals with garbage lines or a torn last line.
 
-The commands run in this process through ``soak.cli.main`` (a traceback would be an
+The commands run in this process through ``soak.cli.main.main`` (a traceback would be an
 exception here); one subprocess test checks the same from the outside."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from soak.cli import main
+from soak.cli.main import main
 
 FIXTURES = Path(__file__).parents[1] / "report" / "fixtures"
 PASSED = FIXTURES / "passed"

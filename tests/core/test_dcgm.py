@@ -14,13 +14,13 @@ import orjson
 import pytest
 
 from probes.dcgm import DcgmSample, GpuReading, _metrics_url, parse_dcgm, throttle_words
-from probes.server_log import XID_MEANING
+from probes.xid import XID_MEANING
 from simengine.dcgm import DcgmExporter, fake_uuid
-from soak.demo import simulated_engine
-from soak.events import EventLog
-from soak.gpu_watch import GpuWatch
-from soak.journal import JsonlWriter, read_jsonl
-from soak.thresholds import metrics_from_record
+from soak.cli.demo import simulated_engine
+from soak.judge.thresholds import metrics_from_record
+from soak.record.events import EventLog
+from soak.record.journal import JsonlWriter, read_jsonl
+from soak.watch.gpu.dcgm import GpuWatch
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from soak.cli_decide import add_parser, parse_gain
-from soak.decide import (
+from soak.after.decide import (
     Decision,
     NotComparable,
     controls_disagree,
@@ -17,9 +16,10 @@ from soak.decide import (
     fmt_change,
     is_material_win,
 )
-from soak.decide_render import render
-from soak.matrix import CellResult, MatrixSpec, MatrixSummary, RepResult
-from soak.record import EndpointIdentity, Identity, RunRecord, Status, write_record
+from soak.after.decide_render import render
+from soak.cli.decide import add_parser, parse_gain
+from soak.record.matrix import CellResult, MatrixSpec, MatrixSummary, RepResult
+from soak.record.models import EndpointIdentity, Identity, RunRecord, Status, write_record
 
 POOL = "a" * 64
 # nearest-rank offsets around a median: 12 values whose 6th and 7th are the median itself

@@ -17,12 +17,12 @@ from probes.engine_metrics import (
     parse_metrics,
     server_latency,
 )
-from soak import engine_watch
-from soak.engine_watch import EngineWatch
-from soak.identity import read_metrics
-from soak.journal import JsonlWriter, read_jsonl
-from soak.reconcile import reconcile_window
-from soak.record import EndpointIdentity
+from soak.judge.reconcile import reconcile_window
+from soak.record.journal import JsonlWriter, read_jsonl
+from soak.record.models import EndpointIdentity
+from soak.run.identity import read_metrics
+from soak.watch import engine as engine_watch
+from soak.watch.engine import EngineWatch
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 REAL = (FIXTURES / "vllm_0.32_cpu_metrics.txt").read_text()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from soak.engine_watch import EngineWatch, restart_reasons
-from soak.events import EventLog
-from soak.journal import JsonlWriter
+from soak.record.events import EventLog
+from soak.record.journal import JsonlWriter
+from soak.watch.engine import EngineWatch, restart_reasons
 from tests.core.test_engine_metrics import REAL, SGLANG, SPEC_DECODE, fake_scrapes, two_engines
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from soak.events import EventLog
-from soak.fault_watch import FaultWatch, fault_reasons
-from soak.journal import JsonlWriter, read_jsonl
+from soak.record.events import EventLog
+from soak.record.journal import JsonlWriter, read_jsonl
+from soak.watch.health import FaultWatch, fault_reasons
 
 FATAL = (
     "(EngineCore_DP0 pid=41) ERROR 11-30 03:10:43 [core.py:710] "

@@ -1,6 +1,6 @@
 """The record's one timeline of faults, relative to the load's start."""
 
-from soak.faults import faults_from_events, when
+from soak.record.faults import faults_from_events, when
 
 
 def test_when_says_how_far_into_the_load():

@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 
 from probes.dcgm import DcgmSample, GpuReading
-from probes.server_log import XID_MEANING, XID_UNKNOWN, classify, xid_meaning
-from soak.events import EventLog
-from soak.gpu_sources import gpu_entries
-from soak.gpu_watch import GpuWatch
-from soak.journal import JsonlWriter
-from soak.nvml_watch import NvmlWatch
+from probes.server_log import classify
+from probes.xid import XID_MEANING, XID_UNKNOWN, xid_meaning
+from soak.record.events import EventLog
+from soak.record.journal import JsonlWriter
+from soak.watch.gpu.dcgm import GpuWatch
+from soak.watch.gpu.nvml import NvmlWatch
+from soak.watch.gpu.sources import gpu_entries
 from tests.core.test_nvml import FakeGpu, FakeNvml
 from tui.panes.gpus import badges
 

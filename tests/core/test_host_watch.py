@@ -9,11 +9,11 @@ import time
 import orjson
 
 from probes.host import HostSample
-from soak.events import EventLog
-from soak.host_watch import HostWatch, check_server_pid
-from soak.journal import JsonlWriter
-from soak.record import ClientHealth
-from soak.verdict import Findings, decide
+from soak.judge.verdict import Findings, decide
+from soak.record.events import EventLog
+from soak.record.journal import JsonlWriter
+from soak.record.models import ClientHealth
+from soak.watch.host import HostWatch, check_server_pid
 
 
 class _Cpu:

@@ -9,8 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from soak import journal as journal_mod
-from soak.journal import (
+from soak.record import journal as journal_mod
+from soak.record.journal import (
     RESERVE_NAME,
     JsonlWriter,
     read_jsonl,
@@ -19,7 +19,7 @@ from soak.journal import (
     reserve_space,
     storage_words,
 )
-from soak.record import write_atomic
+from soak.record.models import write_atomic
 
 
 def _lines(path: Path) -> list[bytes]:
@@ -112,9 +112,9 @@ def test_write_atomic_leaves_no_half_file_on_failure(
 
 
 def test_a_disk_that_fails_after_the_verdict_still_exits_5_and_says_so() -> None:
-    from soak.finalize import storage_reasons_after
-    from soak.record import Reason, Status, exit_code_for
-    from soak.verdict import status_of
+    from soak.judge.verdict import status_of
+    from soak.record.models import Reason, Status, exit_code_for
+    from soak.run.finalize import storage_reasons_after
 
     passed = [Reason(code="load_ok", effect="note", message="load: 0 failures")]
     after = storage_reasons_after(
@@ -132,8 +132,8 @@ def test_a_summary_csv_that_does_not_fit_is_said_in_the_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """summary.csv goes first, so the record can say it is missing and exit 5."""
-    from soak import finalize
-    from soak.record import RunRecord, Status, load_record
+    from soak.record.models import RunRecord, Status, load_record
+    from soak.run import finalize
 
     record = RunRecord(
         run_id="r", status=Status.PASSED, exit_code=0, config={}, started_at="", ended_at=""

@@ -2,16 +2,16 @@
 
 import pytest
 
-from soak.config import ConfigError, load_config
-from soak.matrix import (
+from soak.judge.matrix import matrix_reasons
+from soak.record.matrix import (
     CellResult,
     MatrixError,
     MatrixSummary,
     RepResult,
-    matrix_reasons,
     parse_matrix,
     pool_cell,
 )
+from soak.run.config import ConfigError, load_config
 
 
 def test_the_spec_reads_like_the_command_line_and_orders_cells_input_major():

@@ -32,11 +32,11 @@ from probes.nvml import (
     NvmlUnavailable,
     XidEventWatcher,
 )
-from probes.server_log import XID_MEANING
-from soak.events import EventLog
-from soak.journal import JsonlWriter, read_jsonl
-from soak.nvml_watch import NvmlWatch
-from soak.thresholds import metrics_from_record, metrics_from_snapshot
+from probes.xid import XID_MEANING
+from soak.judge.thresholds import metrics_from_record, metrics_from_snapshot
+from soak.record.events import EventLog
+from soak.record.journal import JsonlWriter, read_jsonl
+from soak.watch.gpu.nvml import NvmlWatch
 
 MIB = 1024 * 1024
 NO_SUCH_PID = 4_194_305  # above Linux's largest pid_max

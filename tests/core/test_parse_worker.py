@@ -15,13 +15,13 @@ import pytest
 
 from probes.dcgm import parse_dcgm
 from probes.engine_metrics import parse_metrics, parse_page
-from soak import parse_worker
-from soak.coverage import LoadWindow
-from soak.engine_watch import EngineWatch
-from soak.events import EventLog
-from soak.gpu_watch import GpuWatch
-from soak.journal import JsonlWriter
-from soak.parse_worker import ParseWorker
+from soak.judge.coverage import LoadWindow
+from soak.record.events import EventLog
+from soak.record.journal import JsonlWriter
+from soak.watch import parse_worker
+from soak.watch.engine import EngineWatch
+from soak.watch.gpu.dcgm import GpuWatch
+from soak.watch.parse_worker import ParseWorker
 from tests.core.test_dcgm import DEFAULT_COUNTERS
 from tests.core.test_engine_metrics import REAL, SGLANG
 

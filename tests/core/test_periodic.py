@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from soak.periodic import MAX_ERRORS, every
+from soak.watch.periodic import MAX_ERRORS, every
 
 
 async def test_a_failing_step_is_recorded_and_the_loop_goes_on():

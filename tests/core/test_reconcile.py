@@ -1,8 +1,8 @@
 """Client vs server counters: matched, a real gap, a restarted server, a missing counter."""
 
 from probes.engine_metrics import EngineSample
-from soak.reconcile import overall, reconcile, reconcile_reasons
-from soak.record import LoadSummary
+from soak.judge.reconcile import overall, reconcile, reconcile_reasons
+from soak.record.models import LoadSummary
 
 
 def sample(requests, prompt, gen, aborted=0.0, error=None) -> EngineSample:

@@ -20,14 +20,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from soak.config import load_config
-from soak.demo import SimHandle, keep_server_logs
-from soak.events import EventLog
-from soak.journal import read_jsonl
-from soak.nvml_watch import NvmlWatch
-from soak.record import Identity
-from soak.redact import Redactor
-from soak.redact_run import RedactingStream, RedactingWriter, load_salt, run_redactor
+from soak.cli.demo import SimHandle, keep_server_logs
+from soak.record.events import EventLog
+from soak.record.journal import read_jsonl
+from soak.record.models import Identity
+from soak.record.redact import Redactor
+from soak.run.config import load_config
+from soak.run.redaction import RedactingStream, RedactingWriter, load_salt, run_redactor
+from soak.watch.gpu.nvml import NvmlWatch
 from tests.core.test_nvml import FakeGpu, FakeNvml
 from tests.hostile_server import _chunk
 

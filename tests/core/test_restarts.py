@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 from probes.engine_metrics import EngineSample
-from soak import engine_watch
-from soak.engine_watch import EngineWatch, restart_reasons
-from soak.faults import when
-from soak.journal import JsonlWriter
+from soak.record.faults import when
+from soak.record.journal import JsonlWriter
+from soak.watch import engine as engine_watch
+from soak.watch.engine import EngineWatch, restart_reasons
 
 
 def _sample(t: float, gen: float) -> EngineSample:

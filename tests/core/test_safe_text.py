@@ -196,8 +196,8 @@ def test_event_detail_shows_escapes_from_message_data_and_evidence(tmp_path: Pat
 
 
 def test_headless_lines_show_escapes(tmp_path: Path) -> None:
-    from soak.headless import event_line, final_report, status_line
-    from soak.record import Reason, RunRecord, Status
+    from soak.cli.headless import event_line, final_report, status_line
+    from soak.record.models import Reason, RunRecord, Status
 
     ev = {"wall": "2026-01-01T00:00:03.000", "kind": "fault", "message": HOSTILE + "\nnext"}
     out = event_line(ev)
@@ -230,7 +230,7 @@ def test_headless_lines_show_escapes(tmp_path: Path) -> None:
 
 
 def test_summary_csv_is_inert_and_quotes_formulas() -> None:
-    from soak.record import Reason, RunRecord, Status, summary_csv
+    from soak.record.models import Reason, RunRecord, Status, summary_csv
 
     rec = RunRecord(
         run_id="=cmd|' /C calc'!A0",
@@ -250,7 +250,7 @@ def test_summary_csv_is_inert_and_quotes_formulas() -> None:
 
 
 def _view(tmp_path: Path, run_id: str, reason: str):
-    from soak.compare import RunView
+    from soak.after.compare import RunView
 
     rec = {
         "run_id": run_id,
@@ -262,7 +262,7 @@ def _view(tmp_path: Path, run_id: str, reason: str):
 
 
 def test_compare_and_runs_text_show_escapes(tmp_path: Path) -> None:
-    from soak.compare import compare, render_markdown, render_runs, render_text
+    from soak.after.compare import compare, render_markdown, render_runs, render_text
 
     views = [_view(tmp_path, "run" + HOSTILE, "HTTP 500: " + HOSTILE + "\nmore")]
     for out in (
@@ -276,8 +276,8 @@ def test_compare_and_runs_text_show_escapes(tmp_path: Path) -> None:
 
 
 def test_decide_text_and_markdown_show_escapes() -> None:
-    from soak.decide import decide
-    from soak.decide_render import render
+    from soak.after.decide import decide
+    from soak.after.decide_render import render
     from tests.core.test_decide import DFLASH, trial
 
     hostile = {"model": "m" + HOSTILE}
@@ -295,8 +295,8 @@ def test_decide_text_and_markdown_show_escapes() -> None:
 
 
 def test_html_escaping_shows_controls_as_text() -> None:
-    from soak.report.charts import esc as label
-    from soak.report.tables import esc
+    from soak.after.report.charts import esc as label
+    from soak.after.report.tables import esc
 
     for out in (esc(HOSTILE), esc({"k": HOSTILE + "\u202e"}), label(HOSTILE + "<b>")):
         assert not controls(out), out

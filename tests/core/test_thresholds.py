@@ -8,9 +8,7 @@ import pytest
 
 from loadgen.live import ThroughputView
 from loadgen.stats import LIVE_METHOD, LatencyStats
-from soak.record import LoadSummary, Status
-from soak.snapshot import ClientView, LoadView, Snapshot
-from soak.thresholds import (
+from soak.judge.thresholds import (
     LIVE_SOURCE,
     METRICS,
     ThresholdError,
@@ -24,7 +22,9 @@ from soak.thresholds import (
     record_source,
     threshold_reasons,
 )
-from soak.verdict import Findings, decide
+from soak.judge.verdict import Findings, decide
+from soak.record.models import LoadSummary, Status
+from soak.record.snapshot import ClientView, LoadView, Snapshot
 
 # --- parsing -------------------------------------------------------------------------
 

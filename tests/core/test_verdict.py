@@ -1,8 +1,8 @@
 """The verdict: strongest effect wins, every finding stays in the reasons."""
 
 from probes.gates import GateFailure, SuiteGate
-from soak.record import ClientHealth, LoadSummary, Status
-from soak.verdict import Findings, decide
+from soak.judge.verdict import Findings, decide
+from soak.record.models import ClientHealth, LoadSummary, Status
 
 
 def load(**kw) -> LoadSummary:

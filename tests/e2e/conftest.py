@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from soak.demo import SimHandle, simulated_engine
-from soak.journal import read_jsonl
+from soak.cli.demo import SimHandle, simulated_engine
+from soak.record.journal import read_jsonl
 
 pytestmark = pytest.mark.e2e
 

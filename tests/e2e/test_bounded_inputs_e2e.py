@@ -84,7 +84,7 @@ def test_the_demo_checks_its_options_before_starting_anything(tmp_path):
 
 def test_the_runner_given_a_bad_config_says_it_in_a_sentence():
     p = subprocess.run(
-        [sys.executable, "-m", "soak.runner"],
+        [sys.executable, "-m", "soak.run.runner"],
         input='{"endpoints": ["http://127.0.0.1:9"], "model": "m", "drain_timeout_s": null}',
         capture_output=True,
         text=True,

@@ -29,7 +29,7 @@ def _children(pid: int, timeout: float = 30) -> tuple[psutil.Process, psutil.Pro
     while time.monotonic() < deadline:
         kids = psutil.Process(pid).children(recursive=True)
         sims = [k for k in kids if "simengine" in " ".join(k.cmdline())]
-        runners = [k for k in kids if "soak.runner" in " ".join(k.cmdline())]
+        runners = [k for k in kids if "soak.run.runner" in " ".join(k.cmdline())]
         if sims and runners:
             return sims[0], runners[0]
         time.sleep(0.1)
@@ -152,9 +152,9 @@ def test_a_runner_still_going_when_the_engine_block_ends_aborts_before_the_engin
     """The monitor's hang-up path: the demo leaves its engine block while its runner
     still runs. The runner is told first (the lifeline closes) and writes its record while
     the engine still serves, so nothing in it blames the server."""
-    from soak.config import load_config
-    from soak.demo import simulated_engine
-    from soak.spawn import start_runner
+    from soak.cli.demo import simulated_engine
+    from soak.run.config import load_config
+    from soak.run.spawn import start_runner
 
     out = tmp_path / "runs"
     with simulated_engine(

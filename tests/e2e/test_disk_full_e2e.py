@@ -22,7 +22,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from soak.demo import SimHandle
+from soak.cli.demo import SimHandle
 from tests.e2e.conftest import record, run_args, wait_for_phase
 
 JOURNALS = ("events.jsonl", "requests.jsonl", "probes.jsonl", "snapshots.jsonl", "telemetry.jsonl")

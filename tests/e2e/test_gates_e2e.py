@@ -230,7 +230,7 @@ def test_an_abort_during_the_before_gates_counts_the_tasks_that_never_ran(tmp_pa
     import signal
     import time
 
-    from soak.demo import simulated_engine
+    from soak.cli.demo import simulated_engine
     from tests.e2e.conftest import soaktop, wait_for_phase
 
     stall = '{"match": "*/before/json/*", "action": "stall", "stall_s": 60, "count": 0}'

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from soak.journal import read_jsonl
+from soak.record.journal import read_jsonl
 from tests.e2e.conftest import only_run_dir, record
 from tests.hostile_server import HOSTILE, good_stream, hostile_server
 from tests.tui.helpers import tmux_keys, tmux_title, tmux_wait_for

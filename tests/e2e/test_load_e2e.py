@@ -102,7 +102,7 @@ def test_a_stalled_server_fails_the_run_through_the_drain_deadline(tmp_path):
     """Requests a server never finishes must not vanish as 'cancelled' into a PASS."""
     import json
 
-    from soak.demo import simulated_engine
+    from soak.cli.demo import simulated_engine
 
     stall = {
         "match": "*/load/*",
@@ -142,7 +142,7 @@ def test_a_stalled_server_fails_the_run_through_the_drain_deadline(tmp_path):
 
 def test_engine_queueing_is_visible_beside_client_concurrency(tmp_path):
     """16 workers, 4 running slots: the record shows running <= 4 and a waiting queue."""
-    from soak.demo import simulated_engine
+    from soak.cli.demo import simulated_engine
 
     with simulated_engine(
         replicas=1, gpus_per_replica=1, extra_args=["--max-num-seqs", "4", "--decode-ms-base", "10"]

@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 import pytest
 
-from soak.demo import SimHandle
-from soak.report import plotly_bundle
+from soak.after.report import plotly_bundle
+from soak.cli.demo import SimHandle
 from tests.e2e.conftest import only_run_dir, record, run_soaktop, wait_for_phase
 from tests.hostile_server import _chunk, good_stream, hostile_server
 

@@ -68,7 +68,7 @@ SCOUT = "input=64,2048 concurrency=1 reps=3 requests=3 warmup=1"
 def _arm(tmp_path, name: str, prefill_us: int) -> str:
     """One arm of a scout: a simulated engine whose prefill costs ``prefill_us`` per input
     token (decode 20 ms a token), soaked with the scout's matrix; the run directory."""
-    from soak.demo import simulated_engine
+    from soak.cli.demo import simulated_engine
 
     out = tmp_path / name
     extra = ["--prefill-us-per-token", str(prefill_us), "--decode-ms-base", "20"]

@@ -65,7 +65,7 @@ def _pid_from_log(run_dir) -> int:
 
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "soak.runner" in cmd and proc.cwd() == os.getcwd():
+        if "soak.run.runner" in cmd and proc.cwd() == os.getcwd():
             open_files = {f.path for f in proc.open_files()}
             if str(run_dir / "requests.jsonl") in open_files:
                 return proc.info["pid"]
@@ -143,7 +143,7 @@ def test_control_file_marks_and_stops_the_run(sim, tmp_path):
     """The channel the TUI and other shells use: a mark lands in the events, stop drains."""
     import time
 
-    from soak.control import send_control
+    from soak.run.control import send_control
 
     out = tmp_path / "runs"
     p = soaktop(*run_args(sim, out, "--concurrency", "4", "--duration", "60", "--max-tokens", "8"))
@@ -163,7 +163,7 @@ def test_pause_stops_issuing_then_resume_goes_on_and_the_record_says_so(sim, tmp
     """p in the monitor: no request is sent while paused; the pause is a phase and a note."""
     import time
 
-    from soak.control import send_control
+    from soak.run.control import send_control
 
     out = tmp_path / "runs"
     args = run_args(sim, out, "--concurrency", "4", "--duration", "6", "--max-tokens", "8")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from soak.demo import simulated_engine
+from soak.cli.demo import simulated_engine
 from tests.e2e.conftest import journal, record, run_args, run_soaktop, soaktop, wait_for_phase
 
 pytestmark = pytest.mark.e2e

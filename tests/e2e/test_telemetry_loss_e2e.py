@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from soak.journal import read_jsonl
+from soak.record.journal import read_jsonl
 from tests.e2e.conftest import only_run_dir, record, run_soaktop
 from tests.hostile_server import hostile_server
 

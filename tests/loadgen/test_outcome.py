@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadgen.outcome import USAGE_CHUNK_SLACK, is_empty_stream, usage_disagrees, usage_problem
-from soak.summary import LoadTiming, summarize_load
-from soak.verdict import Findings, decide
+from soak.judge.verdict import Findings, decide
+from soak.record.summary import LoadTiming, summarize_load
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),

@@ -16,7 +16,7 @@ import orjson
 from probes.gates import GatePlan, GateRunner
 from probes.probe import Exchange, ProbeOptions, ProbeResult, ProbeSender
 from probes.suite import Suite, Task, builtin_suite, load_suites
-from soak.demo import SimHandle, cleanup, simulated_engine
+from soak.cli.demo import SimHandle, cleanup, simulated_engine
 
 FAST_ARGS = [
     "--decode-ms-base",

@@ -21,17 +21,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from probes.gates import GatePlan, summarize
 from probes.probe import ProbeOptions, ProbeResult
 from probes.suite import Suite
-from soak.demo import SimHandle
-from soak.events import EventLog
-from soak.gate_session import (
+from soak.cli.demo import SimHandle
+from soak.record.events import EventLog
+from soak.record.journal import JsonlWriter, read_jsonl
+from soak.record.redact import Redactor
+from soak.run.gate_session import (
     GateSession,
     evidence_name,
     gates_from_journal,
     probe_accounting,
     server_log_excerpt,
 )
-from soak.journal import JsonlWriter, read_jsonl
-from soak.redact import Redactor
 from tests.probes.probe_helpers import fast_sim, fault, one_task
 
 pytestmark = pytest.mark.e2e

@@ -22,7 +22,7 @@ from probes import probe
 from probes.gates import canary_sample, summarize
 from probes.probe import BODY_LIMIT, Exchange, ProbeOptions, ProbeSender
 from probes.suite import BUILTIN_SUITES, Suite, load_suites
-from soak.demo import SimHandle
+from soak.cli.demo import SimHandle
 from tests.probes.probe_helpers import (
     closed_port,
     fast_sim,

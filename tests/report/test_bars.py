@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from soak.cli_decide import add_parser as add_decide
-from soak.cli_reports import add_parsers as add_reports
-from soak.compare import Comparison, compare, figures, read_run
-from soak.decide import ROLES, Decision, decide
-from soak.report.bars import COMPARE_CHARTS, build_compare_page, build_decide_page
+from soak.after.compare import Comparison, compare, figures, read_run
+from soak.after.decide import ROLES, Decision, decide
+from soak.after.report.bars import COMPARE_CHARTS, build_compare_page, build_decide_page
+from soak.cli.decide import add_parser as add_decide
+from soak.cli.reports import add_parsers as add_reports
 from tests.core.test_decide import DFLASH, trial, write_runs
 from tests.report.test_report import (
     FIXTURES,

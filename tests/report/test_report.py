@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from soak.cli_reports import add_parsers
-from soak.report import build_report, write_report
-from soak.report.charts import CHARTS
-from soak.report.series import thin
+from soak.after.report import build_report, write_report
+from soak.after.report.charts import CHARTS
+from soak.after.report.series import thin
+from soak.cli.reports import add_parsers
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FAILED = FIXTURES / "post-load-500"
@@ -349,7 +349,7 @@ def test_report_and_compare_on_a_fresh_demo_run(tmp_path):
     )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     (run,) = [p for p in out.iterdir() if p.is_dir()]
-    from soak.compare import compare, read_run
+    from soak.after.compare import compare, read_run
 
     view = read_run(run)
     assert view.problems == []

@@ -16,8 +16,8 @@ import pytest
 from textual.app import App
 from textual.pilot import Pilot
 
-from soak.headless import EXIT_DETACHED
-from soak.record import EXIT_STORAGE
+from soak.cli.headless import EXIT_DETACHED
+from soak.record.models import EXIT_STORAGE
 from tests.tui.helpers import HEALTHY, POST_LOAD_500, LiveRun, screen_text
 from tui.app import SoakTopApp
 from tui.frontend import STOP_MARGIN_S, TuiFrontend
@@ -46,7 +46,7 @@ class FakeProc:
 
 
 class FakeHandle:
-    """Stands in for ``soak.spawn.RunnerHandle``."""
+    """Stands in for ``soak.run.spawn.RunnerHandle``."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -200,7 +200,7 @@ class StoppingProc:
     def wait(self, timeout: float | None = None) -> int:
         self.timeouts.append(timeout)
         if not self.finishes:
-            raise subprocess.TimeoutExpired("soak.runner", timeout or 0)
+            raise subprocess.TimeoutExpired("soak.run.runner", timeout or 0)
         self.run.finish()
         return 1
 

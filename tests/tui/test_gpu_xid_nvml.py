@@ -13,8 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from soak.gpu_sources import gpu_entries
-from soak.snapshot import Snapshot
+from soak.record.snapshot import Snapshot
+from soak.watch.gpu.sources import gpu_entries
 from tests.core.test_gpu_xid_paths import nvml_after_xid, quiet_nvml
 from tests.tui.helpers import XID, LiveRun, live_app
 from tui.panes import GpuPane

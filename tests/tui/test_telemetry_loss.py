@@ -14,7 +14,7 @@ from typing import Any
 
 from textual.content import Content
 
-from soak.coverage import coverage_reasons
+from soak.judge.coverage import coverage_reasons
 from tests.tui.helpers import FIXTURES, XID, LiveRun, live_app, screen_text
 from tui.coverage import lost_so_far
 from tui.glyphs import ASCII
@@ -83,7 +83,7 @@ async def test_nothing_is_said_before_a_source_is_judged(tmp_path: Path) -> None
 
 def _with_losses(snap: dict[str, Any]) -> dict[str, Any]:
     """An Xid-run snapshot whose endpoint 1 /health and DCGM exporter 1 were lost (the
-    coverage entries as the runner writes them, the reasons from ``soak.coverage``)."""
+    coverage entries as the runner writes them, the reasons from ``soak.judge.coverage``)."""
     snap = copy.deepcopy(snap)
     ok = {"answered": 14, "expected": 14, "share": 1.0, "lost": False, "why": None}
     hung = {"answered": 3, "expected": 14, "share": 0.214, "lost": True}
@@ -131,7 +131,7 @@ async def test_losses_beside_live_numbers_fit_80x24(tmp_path: Path) -> None:
 
 
 def test_header_labels_follow_the_runners_reasons() -> None:
-    # Pinned to soak.coverage's own words: a change there must show here.
+    # Pinned to soak.judge.coverage's own words: a change there must show here.
     lost = {"answered": 0, "expected": 8, "share": 0.0, "lost": True, "why": "HTTP 404"}
     cov = {"engine_metrics": {"endpoint 2": lost}, "nvml": {"local GPUs": lost}}
     reasons = coverage_reasons({"coverage": cov}, ["engine"])

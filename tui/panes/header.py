@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.content import Content
 
-from soak.coverage import SOURCE_WORDS
+from soak.judge.coverage import SOURCE_WORDS
 from tui.coverage import answered, coverage, lost_so_far, short_key
 from tui.fmt import (
     clip,

@@ -1,0 +1,284 @@
+"""``soaktop recover RUN_DIR``: a record for a run whose runner died without one.
+
+Rebuilds the timing from ``events.jsonl`` (phase and barrier events), the load summary
+from ``requests.jsonl`` and the gates from ``probes.jsonl`` (a torn last line is
+ignored), marks the run ABORTED with the reason "runner killed", and never edits the
+journals: their hashes go into the record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from probes.gates import gates_json
+from soak.judge.matrix import matrix_reasons
+from soak.judge.verdict import Findings, decide
+from soak.record.faults import faults_from_events, load_start
+from soak.record.journal import read_jsonl, release_reserve, repair_tail, storage_words
+from soak.record.models import (
+    EXIT_STORAGE,
+    EXIT_USAGE,
+    Identity,
+    PhaseSpan,
+    Reason,
+    RunRecord,
+    exit_code_for,
+    summary_csv,
+    write_atomic,
+    write_record,
+)
+from soak.record.run_dir import (
+    RunDirError,
+    check_run_dir,
+    journal_problems,
+    load_run_config,
+    record_problem,
+)
+from soak.record.summary import LoadTiming, summarize_load
+from soak.run.finalize import run_files
+from soak.run.gate_session import gates_from_journal
+from soak.run.matrix_run import matrix_from_journals
+
+
+class RecoverError(RuntimeError):
+    """The run directory cannot be recovered (the message says why)."""
+
+    exit_code = EXIT_USAGE
+
+
+class RecoverStorageError(RecoverError):
+    """The record could not be written (disk full...): free space and recover again."""
+
+    exit_code = EXIT_STORAGE
+
+
+JOURNALS = ("events.jsonl", "requests.jsonl", "probes.jsonl", "snapshots.jsonl", "telemetry.jsonl")
+"""The journals whose torn tails recover cuts before reading them."""
+
+
+def _repair_tails(run_dir: Path) -> tuple[list[Reason], dict[Path, bytes]]:
+    """Cut a torn last line off each journal (a writer killed mid-line): the notes that
+    say so, and the bytes cut (put back if the record cannot be written after all)."""
+    notes = []
+    cut: dict[Path, bytes] = {}
+    for name in JOURNALS:
+        try:
+            torn = repair_tail(run_dir / name)
+        except OSError as e:
+            raise RecoverError(f"{name}: cannot repair its torn last line: {e}") from None
+        if torn:
+            cut[run_dir / name] = torn
+            notes.append(
+                Reason(
+                    code="journal_torn_tail",
+                    effect="note",
+                    message=f"{name} ended in a torn line ({len(torn)} bytes, written when the "
+                    "runner died): it was cut off; every whole line before it is kept",
+                )
+            )
+    return notes, cut
+
+
+def _put_back(cut: dict[Path, bytes]) -> None:
+    """Undo :func:`_repair_tails` (the bytes fit: they were just freed), best effort."""
+    for path, torn in cut.items():
+        with contextlib.suppress(OSError), path.open("ab") as fh:
+            fh.write(torn)
+
+
+def _timing_from_events(
+    run_dir: Path, config: dict[str, Any]
+) -> tuple[LoadTiming | None, list[PhaseSpan]]:
+    phases: list[PhaseSpan] = [PhaseSpan(name="identity", start_s=0.0)]
+    barrier: dict[str, Any] = {}
+    last_t = 0.0
+    for ev in read_jsonl(run_dir / "events.jsonl"):
+        last_t = max(last_t, ev.get("t", 0.0))
+        if ev.get("kind") == "phase":
+            phases[-1].end_s = ev["t"]
+            phases.append(PhaseSpan(name=ev["data"].get("phase", "?"), start_s=ev["t"]))
+        elif ev.get("kind") == "barrier":
+            barrier = ev.get("data", {}) | {"wall": ev.get("wall")}
+    last_end, journaled = 0.0, 0
+    for line in read_jsonl(run_dir / "requests.jsonl"):
+        journaled += 1
+        last_end = max(last_end, line.get("end_s") or line.get("sent_s") or 0.0)
+    last_t = max(last_t, last_end)
+    phases[-1].end_s = last_t
+    if not barrier:
+        return None, phases
+    starts: dict[str, float] = {}
+    for p in phases:  # the first time each phase began (a pause re-enters "load")
+        starts.setdefault(p.name, p.start_s)
+    issue_start = starts.get("load")
+    issue_end = starts.get("drain", last_t if issue_start is not None else None)
+    drain_end = starts.get("after_gates", starts.get("finalize", last_t))
+    return (
+        LoadTiming(
+            requested_concurrency=int(barrier.get("requested", config.get("concurrency", 0))),
+            workers_started=int(barrier.get("workers_started", 0)),
+            barrier_released=issue_start is not None,
+            worker_start_failures=dict(barrier.get("failures", {})),
+            barrier_released_at=barrier.get("wall") if issue_start is not None else None,
+            issue_start_s=issue_start,
+            issue_end_s=issue_end,
+            drain_end_s=drain_end if issue_start is not None else None,
+            issued=journaled,
+            stop_reason="runner killed",
+        ),
+        phases,
+    )
+
+
+def _live_runner(run_dir: Path) -> int | None:
+    """The PID of this run's runner if it is still alive."""
+    try:
+        pid = int((run_dir / "runner.pid").read_text().strip())
+        proc = psutil.Process(pid)
+        alive = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return pid if alive and "soak.run.runner" in " ".join(proc.cmdline()) else None
+    except (FileNotFoundError, ValueError, psutil.Error):
+        return None
+
+
+def _in_flight_at_death(run_dir: Path, journaled: int) -> int:
+    """Requests issued (per the last snapshot) that never reached the journal."""
+    issued = 0
+    for snap in read_jsonl(run_dir / "snapshots.jsonl"):
+        issued = int(snap.get("load", {}).get("issued", 0))
+    return max(0, issued - journaled)
+
+
+def recover_run(run_dir: Path) -> RunRecord:
+    """Write record.json and summary.csv for a dead runner's directory; return the record."""
+    try:
+        check_run_dir(run_dir)
+    except RunDirError as e:
+        raise RecoverError(str(e)) from None
+    if (run_dir / "record.json").exists():
+        damaged = record_problem(run_dir)
+        raise RecoverError(
+            f"{run_dir} already has a record.json; nothing to recover"
+            if damaged is None
+            else f"{damaged}; move it aside to rebuild the record from the journals"
+        )
+    if (pid := _live_runner(run_dir)) is not None:
+        raise RecoverError(
+            f"the runner of {run_dir} is still alive (pid {pid}); it will write its own record"
+        )
+    try:
+        config = load_run_config(run_dir)
+    except RunDirError as e:
+        raise RecoverError(str(e)) from None
+    torn, cut = _repair_tails(run_dir)
+    try:
+        return _recover(run_dir, config, torn)
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        _put_back(cut)  # nothing written: the journals go back to what they were
+        raise RecoverError(
+            f"{run_dir}: a journal line does not have the shape soaktop writes "
+            f"({type(e).__name__}: {e}); nothing was changed"
+        ) from None
+    except BaseException:
+        _put_back(cut)
+        raise
+
+
+def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRecord:
+    """The record from the journals (their torn tails already cut), written."""
+    timing, phases = _timing_from_events(run_dir, config)
+    method = config.get("percentile_method", "nearest-rank")
+    load = summarize_load(run_dir / "requests.jsonl", timing, method) if timing else None
+    lost = _in_flight_at_death(run_dir, timing.issued) if timing else 0
+    notes = torn
+    if lost:
+        notes.append(
+            Reason(
+                code="in_flight_at_death",
+                effect="note",
+                message=f"{lost} requests were in flight when the runner died: outcome unknown",
+            )
+        )
+    gates, bad_lines = gates_from_journal(run_dir)
+    notes += [Reason(code="journal_damaged", effect="note", message=m) for m in bad_lines]
+    notes += [
+        Reason(code="journal_damaged", effect="note", message=m)
+        for m in journal_problems(run_dir, tuple(j for j in JOURNALS if j != "probes.jsonl"))
+    ]
+    matrix = matrix_from_journals(run_dir, config)
+    if matrix is not None:
+        notes += matrix_reasons(matrix, int(config.get("max_failures", 0)), aborted=True)
+    faults = faults_from_events(read_jsonl(run_dir / "events.jsonl"), load_start(load, matrix))
+    critical = [f for f in faults if f["severity"] == "critical"]
+    if critical:
+        notes.append(
+            Reason(
+                code="faults_before_death",
+                effect="failed",
+                message=f"{len(critical)} critical fault(s) before the runner died, first: "
+                f"{critical[0]['detail']} (see faults)",
+            )
+        )
+    status, reasons = decide(
+        Findings(
+            load=load,
+            aborted="runner killed: no record was written; recovered from the journals",
+            max_failures=int(config.get("max_failures", 0)),
+            gates=gates,
+            gates_configured=list(config.get("gates") or []),
+            force_load=bool(config.get("force_load")),
+            extra=notes,
+        )
+    )
+    identity = None
+    if (run_dir / "identity.json").exists():
+        try:
+            identity = Identity.model_validate_json((run_dir / "identity.json").read_bytes())
+        except (OSError, ValueError):  # damaged: the record says so and goes on without it
+            reasons.append(
+                Reason(
+                    code="journal_damaged",
+                    effect="note",
+                    message="identity.json is damaged (not the identity JSON the runner "
+                    "writes): the record has no identity",
+                )
+            )
+    record = RunRecord(
+        run_id=run_dir.name,
+        status=status,
+        reasons=reasons,
+        exit_code=exit_code_for(status, reasons),
+        config=config,
+        identity=identity,
+        load=load,
+        matrix=matrix,
+        gates=gates_json(gates),
+        faults=faults,
+        phases=phases,
+        started_at=_first_wall(run_dir) or "",
+        ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        recovered=True,
+        files=run_files(run_dir),
+    )
+    release_reserve(run_dir)  # a runner killed mid-run leaves the space it held
+    try:
+        write_record(run_dir, record)
+        write_atomic(run_dir / "summary.csv", summary_csv(record))
+    except OSError as e:
+        (run_dir / "record.json").unlink(missing_ok=True)  # all or nothing: recover again
+        raise RecoverStorageError(
+            f"cannot write the record into {run_dir}: {storage_words(e)}; nothing was "
+            "changed; free some space and run soaktop recover again"
+        ) from None
+    return record
+
+
+def _first_wall(run_dir: Path) -> str | None:
+    for ev in read_jsonl(run_dir / "events.jsonl"):
+        return ev.get("wall")
+    return None

@@ -1,0 +1,142 @@
+"""``soaktop report``: one run as a self-contained HTML page (charts over time + tables).
+
+The charts are drawn by **plotly.js**, taken from the ``plotly`` pip package
+(``plotly.offline.get_plotlyjs()``) and written inline into the page. Why this library:
+
+- it ships inside a Python package, so the page is built offline with nothing vendored
+  or fetched: one ``pip install plotly`` (MIT; it depends only on ``narwhals`` and
+  ``packaging``);
+- it is actively maintained (plotly.js and plotly.py release monthly) and its SVG line
+  traces render without WebGL, in headless browsers and on remote desktops;
+- hover, zoom and pan come built in; the page links the time axes of all charts.
+
+The cost is size: the bundle is ~4.8 MB per page (plotly.js 4.x, minified), plus the
+data (thinned to at most 1,500 points per line, so a multi-hour run adds well under a
+megabyte). Alternatives weighed: bokeh (BSD, ~1 MB inline, but pulls pillow, tornado,
+contourpy, PyYAML and xyzservices into the operator's venv); Vega-Lite through altair
+(its JS for inline pages comes from vl-convert-python, a native wheel with an embedded JS
+runtime); pyecharts (loads ECharts from a CDN: not offline); uPlot or Chart.js (small, but
+no pip package ships them, so soaktop would vendor and maintain the JS itself).
+
+Everything from the run (reasons, fault details, log lines, trace names) is HTML-escaped
+(:mod:`soak.after.report.tables`, :mod:`soak.after.report.charts`), and the page carries a
+Content-Security-Policy that blocks any network request (:mod:`soak.after.report.page`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from soak import __version__
+from soak.after.compare import RunView, read_run, verdict_words
+from soak.after.report import tables
+from soak.after.report.charts import figures
+from soak.after.report.page import document
+from soak.after.report.series import read_series
+
+
+class ReportError(RuntimeError):
+    """The report could not be built (the message says why)."""
+
+
+def plotly_bundle() -> str:
+    """plotly.js, minified, from the plotly package (raises :class:`ReportError` without
+    it, naming the package to install)."""
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError as e:
+        raise ReportError(
+            "soaktop report draws its charts with plotly.js from the 'plotly' package, "
+            "which is not installed (pip install plotly)"
+        ) from e
+    return str(get_plotlyjs())
+
+
+def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
+    """The HTML page of one run directory (:class:`~soak.after.compare.NotARunDir` if it is
+    not one)."""
+    view = read_run(run_dir)
+    bundle = plotly_bundle() if plotly_js is None else plotly_js
+    rec = view.record or {}
+    series = read_series(run_dir, view.record)
+    charts = figures(series, (rec.get("config") or {}).get("window_s"))
+    body = [_verdict(view)]
+    chart_html = []
+    for cid, title, fig, why in charts:
+        if fig is None:
+            chart_html.append(f'<div class="nodata"><b>{tables.esc(title)}</b>: {why}</div>')
+        else:
+            chart_html.append(f'<div class="chart" id="chart-{cid}"></div>')
+    legend = (
+        '<p class="legend">Shaded bands: protocol phases. ▼ and dotted lines: faults, '
+        "restarts, endpoint outages, thresholds, controls and marks (hover for details)."
+    )
+    if series.events_dropped:
+        legend += f" {series.events_dropped} less severe events are not marked."
+    body.append(tables.section("Over time", legend + "</p>" + "".join(chart_html), "charts"))
+    if rec:
+        body += [
+            tables.section("Load", tables.load_summary(rec), "load"),
+            tables.section("Gates", tables.gates(rec), "gates"),
+            tables.section("Thresholds", tables.thresholds(rec), "thresholds"),
+            tables.section("Reconciliation", tables.reconciliation(rec), "reconciliation"),
+            tables.section("Faults", tables.faults(rec, view.fields, run_dir), "faults"),
+            tables.section("Engines", tables.engines(rec), "engines"),
+            tables.section("Identity", tables.identity(rec) + tables.config(rec), "identity"),
+        ]
+    nav = [
+        ("verdict", "Verdict"),
+        ("charts", "Over time"),
+        *((a, a.capitalize()) for a in ("load", "gates", "thresholds", "reconciliation")),
+        *((a, a.capitalize()) for a in ("faults", "engines", "identity")),
+    ]
+    figs = {f"chart-{cid}": fig for cid, _, fig, _ in charts if fig is not None}
+    # A --redact run's page names its directory, never the path that holds it.
+    shown = view.path.name if (rec.get("config") or {}).get("redact") else view.path
+    meta = (
+        f"{shown} · started {rec.get('started_at', '—')} · ended {rec.get('ended_at', '—')}"
+        f" · report by soaktop {__version__} at "
+        f"{datetime.now(UTC).isoformat(timespec='seconds')}"
+    )
+    return document(
+        title=view.run_id,
+        status=view.status,
+        meta=meta,
+        nav=nav if rec else nav[:2],
+        body="".join(body),
+        figs=figs,
+        plotly_js=bundle,
+    )
+
+
+def _verdict(view: RunView) -> str:
+    rec = view.record
+    parts = [f"<p><b>{tables.esc(verdict_words(view))}</b></p>"]
+    if rec is None:
+        parts.append(
+            f'<p class="problem">{tables.esc(view.path)} has no readable record '
+            f"({tables.esc(view.status)}): the charts come from its journals only.</p>"
+        )
+    else:
+        if rec.get("recovered"):
+            parts.append('<p class="note">written by soaktop recover from the journals</p>')
+        parts.append(tables.verdict(rec))
+    if view.problems:
+        items = "".join(f"<li>{tables.esc(p)}</li>" for p in view.problems)
+        parts.append(
+            '<p class="problem">record.json does not match this soaktop\'s record schema; '
+            f"it was read as plain JSON:</p><ul>{items}</ul>"
+        )
+    return tables.section("Verdict", "".join(parts), "verdict")
+
+
+def write_report(run_dir: Path, out: Path | None = None) -> Path:
+    """Write the page (default ``RUN/report.html``) and return where it went."""
+    html = build_report(run_dir)
+    path = out if out is not None else run_dir / "report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(path)
+    return path

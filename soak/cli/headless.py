@@ -1,0 +1,225 @@
+"""Headless mode: follow the runner's snapshots and print one plain line per interval.
+
+Reads only ``snapshots.jsonl`` (the same data the TUI shows); never computes statistics.
+Every line printed goes through :func:`~soak.safe_text.safe_line`: reasons, event messages
+and failure classes quote the server, and a terminal escape in them is shown, not obeyed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO, cast
+
+from soak.record.journal import DropWriteErrors, JsonlTail
+from soak.record.models import EXIT_CODES, EXIT_STORAGE, RunRecord, Status, load_record
+from soak.run.spawn import AttachedRunner, RunnerHandle
+from soak.safe_text import safe_line
+
+
+def _f(v: float | None, fmt: str = "{:.3f}") -> str:
+    return "—" if v is None else fmt.format(v)
+
+
+def _mmss(s: float | None) -> str:
+    if s is None:
+        return "--:--"
+    s = max(0, int(s))
+    return f"{s // 60:02d}:{s % 60:02d}"
+
+
+def status_line(snap: dict[str, Any]) -> str:
+    """One operator line: phase, time, counts, failures, concurrency, tok/s, TTFT, E2E."""
+    load = snap["load"]
+    phase = snap["phase"]
+    if phase == "load":
+        where = f"load {_mmss(load.get('issue_elapsed_s'))}/{_mmss(load.get('issue_total_s'))}"
+    else:
+        where = f"{phase} {_mmss(snap.get('phase_elapsed_s'))}"
+    fails = load.get("failures_by_class") or {}
+    fail_txt = ", ".join(f"{n} {c}" for c, n in fails.items()) if fails else "0"
+    win, cum = load.get("window") or {}, load.get("cumulative") or {}
+    ttft, e2e = cum.get("ttft_s") or {}, cum.get("e2e_s") or {}
+    tok_win = _f(win.get("output_tokens_per_s"), "{:.0f}")
+    tok_cum = _f(cum.get("output_tokens_per_s"), "{:.0f}")
+    gates = gate_text(snap.get("gates") or {})
+    return safe_line(
+        (f"[{where}] gates {gates} | " if phase.endswith("_gates") else f"[{where}] ")
+        + f"done {load['completed']} fail {fail_txt} | "
+        f"in-flight {load['in_flight']}/{load['workers_started']} of "
+        f"{load['requested_concurrency']} | out tok/s {tok_win} win {tok_cum} cum | "
+        f"TTFT p50 {_f(ttft.get('p50'))} p99 {_f(ttft.get('p99'))} s | "
+        f"E2E p50 {_f(e2e.get('p50'))} p99 {_f(e2e.get('p99'))} s"
+    )
+
+
+def gate_text(gates: dict[str, Any]) -> str:
+    """``before json 24/24 tools 8/8; after json 3/24…`` (done so far when unfinished)."""
+    parts = []
+    for phase, suites in gates.items():
+        counts = []
+        for name, g in suites.items():
+            done, total = g.get("done", g["total"]), g["total"]
+            frac = f"{g['passed']}/{total}" + ("" if done >= total else f" ({done} done)")
+            counts.append(f"{name} {frac}")
+        parts.append(f"{phase} " + " ".join(counts))
+    return "; ".join(parts) or "none"
+
+
+def final_report(rec: RunRecord, run_dir: Path) -> str:
+    """The verdict block printed when a run ends."""
+    out = [f"{rec.status.value}  {rec.run_id}"]
+    for r in rec.reasons:
+        out.append(f"  - [{r.effect}] {r.message}")
+    if rec.load and rec.load.barrier_released:
+        ld = rec.load
+        out.append(
+            f"  completed {ld.completed}, failed {ld.failed}, "
+            f"elapsed {_f(ld.elapsed_s, '{:.2f}')} s "
+            f"(issue {_f(ld.issue_s, '{:.2f}')} + drain {_f(ld.drain_s, '{:.2f}')}), "
+            f"output {_f(ld.output_tokens_per_s, '{:.1f}')} tok/s, "
+            f"P99 TTFT {_f(ld.ttft_s.p99)} s, P99 E2E {_f(ld.e2e_s.p99)} s "
+            f"({ld.ttft_s.method})"
+        )
+    if rec.matrix is not None:
+        out.append("  matrix cell      done  median E2E  p50 (nearest)  TTFT content  input tok")
+        for c in rec.matrix.cells:
+            out.append(
+                f"  {c.label:<14} {c.completed:>3}/{c.completed + c.failed:<3} "
+                f"{_f(c.e2e_median_s):>9} s {_f(c.e2e_p50_nearest_s):>12} s "
+                f"{_f(c.ttft_content_median_s):>11} s  {_f(c.input_tokens_mean, '{:,.0f}'):>9}"
+            )
+    if rec.gates:
+        out.append(
+            "  gates: "
+            + "; ".join(
+                f"{phase} " + ", ".join(f"{s} {g['passed']}/{g['total']}" for s, g in su.items())
+                for phase, su in rec.gates.items()
+            )
+        )
+    for t in rec.thresholds:
+        out.append(f"  threshold {t['condition']}: {t['state']} (observed {t['observed']})")
+    if evidence := sorted(p for p in rec.files if p.startswith("evidence/")):
+        shown = ", ".join(evidence[:5]) + (
+            f" +{len(evidence) - 5} more" if len(evidence) > 5 else ""
+        )
+        out.append(f"  probe evidence ({len(evidence)} files): {shown}")
+    out.append(f"  record: {run_dir / 'record.json'}")
+    return "\n".join(safe_line(row) for row in out)
+
+
+def follow(
+    handle: RunnerHandle | AttachedRunner,
+    interval_s: float,
+    out: TextIO = sys.stdout,
+    poll_s: float = 0.25,
+    clock: Callable[[], float] = time.monotonic,
+    detach_on_hup: bool = True,
+    interrupt_detaches: bool = False,
+) -> int:
+    """Print status lines until the runner exits.
+
+    SIGINT/SIGTERM are forwarded to the runner (graceful stop; a second SIGINT aborts the
+    drain). SIGHUP — the SSH link dropped — detaches: the runner, in its own session,
+    finishes the soak and writes its record; this process leaves quietly with 129.
+    With ``detach_on_hup=False`` (the demo, whose engine dies with this process) SIGHUP
+    is forwarded like the others, and this process follows the stop to its end without a
+    terminal (writes to a hung-up terminal fail; they are dropped, not fatal). With
+    ``interrupt_detaches`` (``soaktop attach``) every signal only detaches: the run
+    belongs to whoever started it.
+    """
+    out = cast(TextIO, DropWriteErrors(out))
+    forwarded: list[int] = []
+    hung_up = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal hung_up
+        if interrupt_detaches or (signum == signal.SIGHUP and detach_on_hup):
+            hung_up = True
+            return
+        handle.signal(signum)  # forward first: printing here could fail on a dead terminal
+        forwarded.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    print(
+        f"soaktop: run {safe_line(handle.run_id)}\n         dir {safe_line(handle.run_dir)}",
+        file=out,
+        flush=True,
+    )
+    tail = JsonlTail(handle.run_dir / "snapshots.jsonl")
+    last_print = clock()
+    last_phase = None
+    last: dict[str, Any] | None = None
+    while True:
+        if hung_up:
+            return _detached(handle, out)
+        while forwarded:
+            name = signal.Signals(forwarded.pop(0)).name
+            print(f"soaktop: {name} → stopping the run (drain, record)", file=out, flush=True)
+        rc = handle.poll()
+        for snap in tail.read_new():
+            last = snap
+            for ev in snap.get("events", []):
+                if ev["kind"] in _SHOWN_EVENTS or ev["severity"] == "critical":
+                    print(event_line(ev), file=out)
+        if last is not None and (last["phase"] != last_phase or clock() - last_print >= interval_s):
+            print(status_line(last), file=out, flush=True)
+            last_print = clock()
+            last_phase = last["phase"]
+        if rc is not None:
+            break
+        time.sleep(poll_s)
+    if (handle.run_dir / "record.json").exists():
+        rec = load_record(handle.run_dir)
+        print(final_report(rec, handle.run_dir), file=out, flush=True)
+        for reason in rec.reasons:  # the cause on stderr too, where scripts look for it
+            if reason.code == "storage_error":
+                print(f"soaktop: {safe_line(reason.message)}", file=sys.stderr, flush=True)
+        return rec.exit_code
+    if rc == EXIT_STORAGE:
+        print(
+            f"soaktop: the runner could not write its run directory {handle.run_dir} "
+            "(disk full, quota or I/O error: its runner.log may say which) and no record "
+            "fitted.\n"
+            f"  free some space, then: soaktop recover {handle.run_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_STORAGE
+    how = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
+    print(
+        f"soaktop: the runner died ({how}) without writing a record.\n"
+        f"  its log: {handle.run_dir / 'runner.log'}\n"
+        f"  finalise from the journals with: soaktop recover {handle.run_dir}",
+        file=out,
+        flush=True,
+    )
+    return EXIT_CODES[Status.ABORTED]
+
+
+def event_line(ev: dict[str, Any]) -> str:
+    """``  12:00:03 fault: GPU 1 ...`` — one event as printed while following a run."""
+    return safe_line(f"  {str(ev.get('wall', ''))[11:19]} {ev.get('kind')}: {ev.get('message')}")
+
+
+_SHOWN_EVENTS = frozenset(
+    {"phase", "barrier", "control", "mark", "fault", "health", "gate", "threshold"}
+)
+EXIT_DETACHED = 128 + signal.SIGHUP
+
+
+def _detached(handle: RunnerHandle | AttachedRunner, out: TextIO) -> int:
+    with contextlib.suppress(OSError):  # the terminal may already be gone
+        print(
+            f"soaktop: detached; the run goes on (pid {handle.pid}).\n"
+            f"  its record will be {handle.run_dir / 'record.json'}\n"
+            f"  re-attach with: soaktop attach {handle.run_dir}",
+            file=out,
+            flush=True,
+        )
+    return EXIT_DETACHED

@@ -1,0 +1,608 @@
+"""The ``soaktop`` command line: run, demo, attach, view, decide, compare, runs, report,
+sim, verify, recover.
+
+Exit codes (DESIGN.md §6): 0 passed, 1 failed, 2 usage or configuration error,
+3 invalid, 4 aborted. ``verify`` exits 0 when the record agrees with its journals, else 1.
+
+The headless core never imports the Textual monitor: the ``soaktop`` console script is
+``tui.entry:main``, which hands a frontend factory to :func:`main` here. Without one
+(``python -m soak``) everything runs headless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from soak import __version__
+from soak.record.models import EXIT_STORAGE, EXIT_USAGE
+from soak.run.config import ConfigError, RunConfig, allowed, load_config
+
+if TYPE_CHECKING:
+    from soak.run.spawn import RunnerHandle
+
+
+class Frontend(Protocol):
+    """The live monitor (``tui.frontend.TuiFrontend``) as the CLI sees it."""
+
+    def follow(self, handle: RunnerHandle, interval_s: float, detach_allowed: bool) -> int:
+        """Show a runner this process started until the run ends or the operator detaches."""
+        ...
+
+    def attach(self, run_dir: Path) -> int:
+        """Show a runner started elsewhere (a finished run: replay it)."""
+        ...
+
+    def view(self, run_dir: Path) -> int:
+        """Replay a finished run."""
+        ...
+
+
+class FrontendFactory(Protocol):
+    """Builds the frontend from the display flags."""
+
+    def __call__(
+        self, theme: str | None = None, ascii: bool | None = None, refresh_s: float | None = None
+    ) -> Frontend: ...
+
+
+_UI: FrontendFactory | None = None
+"""Set by :func:`main` when the console script provides the Textual monitor."""
+
+# CLI flag → RunConfig field, for the flags shared by `run` and `demo`.
+_COMMON_FLAGS: dict[str, dict[str, Any]] = {
+    "--concurrency": {"type": int, "dest": "concurrency"},
+    "--duration": {"type": float, "dest": "duration_s", "metavar": "S"},
+    "--max-requests": {"type": int, "dest": "max_requests"},
+    "--max-tokens": {"type": int, "dest": "max_tokens"},
+    "--ignore-eos": {"action": "store_const", "const": True, "dest": "ignore_eos"},
+    "--prompts": {"type": Path, "dest": "prompts", "metavar": "FILE"},
+    "--synthetic-input-tokens": {"type": int, "dest": "synthetic_input_tokens", "metavar": "N"},
+    "--pool-seed": {"type": int, "dest": "pool_seed"},
+    "--label": {"dest": "label"},
+    "--purpose": {"dest": "purpose"},
+    "--out": {"type": Path, "dest": "out", "metavar": "DIR"},
+    "--drain-timeout": {"type": float, "dest": "drain_timeout_s", "metavar": "S"},
+    "--max-failures": {"type": int, "dest": "max_failures"},
+    "--percentile-method": {"dest": "percentile_method", "choices": ["nearest-rank", "linear"]},
+    "--interval": {"type": float, "dest": "interval_s", "metavar": "S"},
+    "--headless": {"action": "store_const", "const": True, "dest": "headless"},
+    "--redact": {"action": "store_const", "const": True, "dest": "redact"},
+    "--gates": {
+        "type": lambda v: [s.strip() for s in v.split(",") if s.strip()],
+        "dest": "gates",
+        "metavar": "SUITE,...",
+    },
+    "--no-gates": {"action": "store_const", "const": [], "dest": "gates"},
+    "--suite": {"type": Path, "action": "append", "dest": "suite_files", "metavar": "FILE"},
+    "--force-load": {"action": "store_const", "const": True, "dest": "force_load"},
+    "--probe-retries": {"type": int, "dest": "probe_retries", "metavar": "N"},
+    "--probe-concurrency": {"type": int, "dest": "probe_concurrency", "metavar": "N"},
+    "--probe-timeout": {"type": float, "dest": "probe_timeout_s", "metavar": "S"},
+    "--probe-expected": {"action": "store_const", "const": True, "dest": "probe_expected"},
+    "--probe-evidence": {"dest": "probe_evidence", "choices": ["failures", "all"]},
+    "--canary-interval": {"type": float, "dest": "canary_interval_s", "metavar": "S"},
+    "--canary-tasks": {"type": int, "dest": "canary_tasks", "metavar": "N"},
+    "--threshold": {"action": "append", "dest": "thresholds", "metavar": "EXPR"},
+    "--server-log": {"type": Path, "action": "append", "dest": "server_log", "metavar": "PATH"},
+    "--server-log-cmd": {"action": "append", "dest": "server_log_cmd", "metavar": "CMD"},
+    "--dcgm": {"action": "append", "dest": "dcgm", "metavar": "URL"},
+    "--no-nvml": {"action": "store_const", "const": False, "dest": "nvml"},
+    "--reconcile": {"dest": "reconcile", "choices": ["report", "strict"]},
+    "--matrix": {"dest": "matrix", "metavar": "SPEC"},
+    "--reasoning": {"dest": "reasoning_effort", "metavar": "LEVEL"},
+    "--ignore-xid": {
+        "type": lambda v: _int_list(v, "Xid codes such as 45,43"),
+        "action": "extend",
+        "dest": "ignore_xid",
+        "metavar": "N[,N]",
+    },
+    "--server-pid": {"type": int, "action": "append", "dest": "server_pid", "metavar": "PID"},
+    "--telemetry-interval": {"type": float, "dest": "telemetry_interval_s", "metavar": "S"},
+    "--require-telemetry": {"dest": "require_telemetry", "metavar": "KIND,..."},
+    "--max-client-cpu": {"type": float, "dest": "max_client_cpu_percent", "metavar": "PCT"},
+    "--max-loop-lag": {"type": float, "dest": "max_loop_lag_s", "metavar": "S"},
+}
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    """``45,43`` → [45, 43]; anything else is a usage error naming the value."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{_short(text)} is not a list of {what}") from None
+
+
+def _short(text: str) -> str:
+    """The operator's text, quoted and bounded (a 10,000-digit number is not echoed)."""
+    return repr(text) if len(text) <= 80 else f"{text[:60]!r}… ({len(text)} characters)"
+
+
+def _number(kind: type[int] | type[float], what: str) -> Callable[[str], int | float]:
+    """An argparse ``type`` that says what is allowed when the text is not a number (the
+    range itself is the config's check, which names the field and the bounds)."""
+    noun = "a whole number" if kind is int else "a number"
+
+    def parse(text: str) -> int | float:
+        try:
+            return kind(text)
+        except ValueError:  # also Python's 4,300-digit limit on int()
+            raise argparse.ArgumentTypeError(
+                f"{_short(text)} is not {noun} (allowed: {what})"
+            ) from None
+
+    return parse
+
+
+def _bounded(
+    kind: type[int] | type[float], lo: float, hi: float, what: str
+) -> Callable[[str], int | float]:
+    """An argparse ``type`` for a flag that is not a config field (display, demo)."""
+    parse = _number(kind, what)
+
+    def check(text: str) -> int | float:
+        v = parse(text)
+        if not (math.isfinite(v) and lo <= v <= hi):
+            raise argparse.ArgumentTypeError(f"{_short(text)} is out of range (allowed: {what})")
+        return v
+
+    return check
+
+
+# Display flags: the monitor's, never part of the run's configuration.
+_DISPLAY_FLAGS: dict[str, dict[str, Any]] = {
+    "--theme": {
+        "help": "monitor theme: dark, light, high-contrast, ansi or a user theme "
+        "(default: $SOAKTOP_THEME or dark)"
+    },
+    "--ascii": {
+        "action": "store_const",
+        "const": True,
+        "help": "no Unicode box, bar or chart glyphs (default: auto from the locale)",
+    },
+    "--refresh": {
+        "type": _bounded(float, 0.1, 60, "a number of seconds from 0.1 to 60"),
+        "dest": "refresh_s",
+        "metavar": "S",
+        "help": "monitor refresh interval, 0.1 to 60 s (raise it on slow links; default 0.5)",
+    },
+}
+
+
+def _field_help(dest: str) -> str | None:
+    f = RunConfig.model_fields.get(dest)
+    if f is None:
+        return None
+    if f.annotation is bool:
+        return f.description
+    return f"{f.description} Allowed: {allowed(dest)}."
+
+
+_FLAG_HELP = {
+    "--no-gates": "run no contract gates (same as --gates '')",
+    "--no-nvml": "do not read this host's GPUs through NVML",
+}
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    for flag, kw in _COMMON_FLAGS.items():
+        if kw.get("type") in (int, float):
+            kw = kw | {"type": _number(kw["type"], allowed(kw["dest"]))}
+        p.add_argument(flag, default=None, help=_FLAG_HELP.get(flag, _field_help(kw["dest"])), **kw)
+    _add_display(p)
+
+
+_RUN_FLAGS = {
+    "endpoints": "--endpoint",
+    "model": "--model",
+    "api": "--api",
+    "engine": "--engine",
+    "api_key_env": "--api-key-env",
+}
+
+
+def cli_flags() -> dict[str, str]:
+    """Config field → the flag that sets it, so a configuration error names the flag."""
+    out = dict(_RUN_FLAGS)
+    for flag, kw in _COMMON_FLAGS.items():
+        out.setdefault(kw["dest"], flag)
+    return out
+
+
+def _add_display(p: argparse.ArgumentParser) -> None:
+    for flag, kw in _DISPLAY_FLAGS.items():
+        p.add_argument(flag, default=None, **kw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (also the CLI reference in the README)."""
+    ap = argparse.ArgumentParser(
+        prog="soaktop", description="Soak monitor for LLM serving engines."
+    )
+    ap.add_argument("--version", action="version", version=f"soaktop {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="soak an OpenAI-compatible endpoint")
+    run.add_argument(
+        "--endpoint",
+        action="append",
+        dest="endpoints",
+        metavar="URL",
+        help=f"{_field_help('endpoints')} Repeat for several replicas.",
+    )
+    run.add_argument("--model", help=_field_help("model"))
+    run.add_argument("--api", choices=["chat", "completions"], help=_field_help("api"))
+    run.add_argument("--engine", help=_field_help("engine"))
+    run.add_argument(
+        "--api-key-env", dest="api_key_env", metavar="VAR", help=_field_help("api_key_env")
+    )
+    run.add_argument(
+        "--config",
+        type=Path,
+        metavar="TOML",
+        help="TOML file with a [run] table (CLI > SOAKTOP_* env > file > defaults)",
+    )
+    _add_common(run)
+
+    demo = sub.add_parser("demo", help="soak the built-in simulated engine")
+    demo.add_argument(
+        "--scenario",
+        default="healthy",
+        choices=sorted(_scenarios()),
+        help="fault scenario of the simulated engine",
+    )
+    demo.add_argument(
+        "--replicas",
+        type=_bounded(int, 1, 64, "a whole number from 1 to 64"),
+        default=2,
+        help="replicas of the simulated engine, 1 to 64 (default 2)",
+    )
+    demo.add_argument(
+        "--gpus-per-replica",
+        type=_bounded(int, 1, 16, "a whole number from 1 to 16"),
+        default=4,
+        help="simulated GPUs per replica, 1 to 16 (default 4)",
+    )
+    _add_common(demo)
+
+    # Listed for --help only: main() hands `sim ...` to the simulated engine's own parser.
+    sub.add_parser("sim", help="run the simulated engine (see: soaktop sim --help)")
+
+    attach = sub.add_parser("attach", help="re-open the monitor of a run that goes on")
+    attach.add_argument("run_dir", type=Path)
+    _add_display(attach)
+    view = sub.add_parser("view", help="replay a finished run in the monitor")
+    view.add_argument("run_dir", type=Path)
+    _add_display(view)
+
+    from soak.cli.decide import add_parser as add_decide
+
+    add_decide(sub)
+    from soak.cli.reports import add_parsers as add_report_parsers
+
+    add_report_parsers(sub)
+
+    verify = sub.add_parser("verify", help="recompute a record from its journals")
+    verify.add_argument("run_dir", type=Path)
+    recover = sub.add_parser("recover", help="write the record of a runner that died")
+    recover.add_argument("run_dir", type=Path)
+    return ap
+
+
+def _scenarios() -> dict[str, str]:
+    from soak.cli.demo import SCENARIOS
+
+    return SCENARIOS
+
+
+def _cli_values(ns: argparse.Namespace) -> dict[str, Any]:
+    keys = {kw["dest"] for kw in _COMMON_FLAGS.values()} | {
+        "endpoints",
+        "model",
+        "api",
+        "engine",
+        "api_key_env",
+    }
+    return {k: getattr(ns, k) for k in keys if hasattr(ns, k)}
+
+
+def _terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _frontend(ns: argparse.Namespace, headless: bool = False) -> Frontend | None:
+    """The monitor, when there is one and a terminal to show it on (CI, a pipe or nohup
+    never start it)."""
+    if headless or _UI is None or not _terminal():
+        return None
+    return _UI(
+        theme=getattr(ns, "theme", None),
+        ascii=getattr(ns, "ascii", None),
+        refresh_s=getattr(ns, "refresh_s", None),
+    )
+
+
+def launch(
+    cfg: RunConfig, detach_on_hup: bool = True, ui: Frontend | None = None
+) -> tuple[int, Path | None]:
+    """Start the runner and follow it, in the monitor when ``ui`` is given, else with
+    status lines: (exit code, run directory if one was made)."""
+    from soak.cli.headless import follow
+    from soak.run.spawn import RunnerStartError, start_runner
+
+    pending: list[int] = []  # signals that arrive while the runner is starting
+
+    def hold(signum: int, _frame: object) -> None:
+        pending.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, hold)
+    try:
+        handle = start_runner(cfg)
+    except RunnerStartError as e:
+        if e.returncode == EXIT_STORAGE:  # the runner said why (no space for a run there)
+            return EXIT_STORAGE, None
+        if e.returncode != EXIT_USAGE:
+            print(f"soaktop: the runner failed to start ({e}); nothing was run", file=sys.stderr)
+        return EXIT_USAGE, None
+    for signum in pending:
+        if not (signum == signal.SIGHUP and detach_on_hup):
+            handle.signal(signum)
+    if ui is not None:
+        if not detach_on_hup:
+            # The demo's engine dies with this process: a hang-up stops the run cleanly.
+            signal.signal(signal.SIGHUP, lambda _s, _f: handle.signal(signal.SIGTERM))
+        return ui.follow(handle, cfg.interval_s, detach_allowed=detach_on_hup), handle.run_dir
+    return follow(handle, cfg.interval_s, detach_on_hup=detach_on_hup), handle.run_dir
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    """``soaktop run``."""
+    try:
+        cfg = load_config(_cli_values(ns), toml_path=ns.config, cli_flags=cli_flags())
+    except ConfigError as e:
+        print(f"soaktop: configuration error:\n{e}", file=sys.stderr)
+        return EXIT_USAGE
+    return launch(cfg, ui=_frontend(ns, cfg.headless))[0]
+
+
+def cmd_demo(ns: argparse.Namespace) -> int:
+    """``soaktop demo``: the simulated engine, a soak against it, the record."""
+    from soak.cli.demo import (
+        SimStartError,
+        cleanup,
+        keep_server_logs,
+        simulated_engine,
+    )
+    from soak.record.journal import storage_words
+
+    values = _cli_values(ns)
+    base = {
+        "concurrency": 32,
+        "duration_s": 60.0,
+        "max_tokens": 128,
+        "label": "demo",
+        "endpoints": ["http://127.0.0.1:1"],
+        "model": "placeholder",
+        "dcgm": ["http://127.0.0.1:1/metrics"],  # the simulated engine always exports DCGM
+        "nvml": False,  # its GPUs are simulated; this host's real ones would only confuse
+    }
+    try:  # validate before starting anything: a bad value never leaves a process behind
+        load_config(values, base=base, cli_flags=cli_flags())
+    except ConfigError as e:
+        print(f"soaktop: configuration error:\n{e}", file=sys.stderr)
+        return EXIT_USAGE
+    duration = float(values.get("duration_s") or 60.0)
+    try:
+        with simulated_engine(
+            replicas=ns.replicas,
+            gpus_per_replica=ns.gpus_per_replica,
+            scenario=ns.scenario,
+            scenario_at_s=duration / 2,
+        ) as sim:
+            replicas = sim.ready["replicas"]
+            logs = [r["log"] for r in replicas if r.get("log")]
+            dcgm = [r["dcgm_url"] for r in replicas if r.get("dcgm_url")]
+            cfg = load_config(
+                values,
+                base=base
+                | {"endpoints": sim.urls, "model": sim.model, "server_log": logs, "dcgm": dcgm},
+            )
+            print(
+                f"soaktop: simulated engine up: {len(sim.urls)} replicas "
+                f"({', '.join(sim.urls)}), scenario {ns.scenario}",
+                flush=True,
+            )
+            # The engine dies with this process, so a hang-up stops the run (no detach).
+            rc, run_dir = launch(cfg, detach_on_hup=False, ui=_frontend(ns, cfg.headless))
+            try:
+                if run_dir is not None:
+                    keep_server_logs(sim, run_dir, cfg)
+            except OSError as e:  # a full disk must not cost the demo its clean exit
+                print(
+                    f"soaktop: the simulated engine's logs were not copied into {run_dir}: "
+                    f"{storage_words(e)}",
+                    file=sys.stderr,
+                )
+            finally:
+                cleanup(sim)
+            return rc
+    except SimStartError as e:
+        print(f"soaktop: {e}", file=sys.stderr)
+        return 1
+
+
+def _readable_run(cmd: str, run_dir: Path) -> str | None:
+    """Why ``soaktop CMD`` cannot show ``run_dir`` (None: it can): not a run directory,
+    or a record.json that is damaged (a run without a record yet is shown)."""
+    from soak.record.run_dir import RunDirError, record_problem
+
+    try:
+        why = record_problem(run_dir)
+    except RunDirError as e:
+        why = str(e)
+    if why is not None:
+        from soak.safe_text import safe_text  # a damaged record's values are quoted
+
+        print(f"soaktop {cmd}: {safe_text(why)}", file=sys.stderr)
+    return why
+
+
+def cmd_attach(ns: argparse.Namespace) -> int:
+    """``soaktop attach RUN_DIR``: the monitor of a run that goes on (status lines without
+    a terminal); Ctrl-C or a hang-up only detaches."""
+    from soak.cli.headless import final_report, follow
+    from soak.record.run_dir import load_run_record
+    from soak.run.spawn import AttachedRunner
+
+    # Checked before the monitor opens: a damaged directory is a sentence, not a screen.
+    if _readable_run("attach", ns.run_dir) is not None:
+        return EXIT_USAGE
+    if (ui := _frontend(ns)) is not None:
+        return ui.attach(ns.run_dir)
+    handle = AttachedRunner(ns.run_dir)
+    if not handle.alive():
+        if (ns.run_dir / "record.json").exists():
+            rec = load_run_record(ns.run_dir)
+            print(final_report(rec, ns.run_dir))
+            return rec.exit_code
+        print(
+            f"soaktop attach: the runner of {ns.run_dir} is not running and left no record; "
+            f"finalise it with: soaktop recover {ns.run_dir}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return follow(handle, 10.0, interrupt_detaches=True)
+
+
+def cmd_view(ns: argparse.Namespace) -> int:
+    """``soaktop view RUN_DIR``: replay a finished run (its report without a terminal)."""
+    from soak.cli.headless import final_report
+    from soak.record.run_dir import load_run_record
+
+    if _readable_run("view", ns.run_dir) is not None:
+        return EXIT_USAGE
+    if (ui := _frontend(ns)) is not None:
+        return ui.view(ns.run_dir)
+    if not (ns.run_dir / "record.json").exists():
+        print(
+            f"soaktop view: {ns.run_dir} has no record yet (still running? soaktop attach; "
+            f"a runner that died? soaktop recover)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    print(final_report(load_run_record(ns.run_dir), ns.run_dir))
+    return 0
+
+
+def cmd_verify(ns: argparse.Namespace) -> int:
+    """``soaktop verify RUN_DIR``: 0 when the record agrees with its journals, 1 when it
+    does not, 2 when the run directory cannot be read (named in the message)."""
+    from soak.after.verify import verify_run
+    from soak.record.run_dir import RunDirError
+
+    try:
+        problems = verify_run(ns.run_dir)
+    except RunDirError as e:
+        print(f"soaktop verify: cannot verify: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if problems:
+        print(f"soaktop verify: {ns.run_dir}: the record does NOT agree with its journals:")
+        from soak.safe_text import safe_line  # problems may quote the journals' text
+
+        for p in problems:
+            print(f"  - {safe_line(p)}")
+        return 1
+    from soak.record.run_dir import load_run_record
+
+    rec = load_run_record(ns.run_dir)
+    n = rec.load.completed + rec.load.failed + rec.load.cancelled if rec.load else 0
+    what = "load summary"
+    if rec.matrix is not None:
+        what = f"matrix ({len(rec.matrix.cells)} cells)"
+        n = sum(c.completed + c.failed for c in rec.matrix.cells)
+    print(
+        f"soaktop verify: {rec.run_id}: OK — {len(rec.files)} file hashes match; the {what} "
+        f"recomputed from {n} journaled requests and the gates from "
+        f"{_lines(ns.run_dir / 'probes.jsonl')} probe attempts equal the record "
+        f"({rec.status.value})"
+    )
+    return 0
+
+
+def _lines(path: Path) -> int:
+    from soak.record.journal import read_jsonl
+
+    return sum(1 for _ in read_jsonl(path))
+
+
+def cmd_recover(ns: argparse.Namespace) -> int:
+    """``soaktop recover RUN_DIR``."""
+    from pydantic import ValidationError
+
+    from soak.after.recover import RecoverError, recover_run
+    from soak.record.run_dir import record_problems
+    from soak.safe_text import safe_line
+
+    try:
+        rec = recover_run(ns.run_dir)
+    except RecoverError as e:
+        print(f"soaktop recover: {e}", file=sys.stderr)
+        return int(getattr(e, "exit_code", EXIT_USAGE))
+    except ValidationError as e:  # a journal line parsed, but into a value of the wrong kind
+        print(
+            f"soaktop recover: {ns.run_dir}: a journal holds values of the wrong shape "
+            f"({record_problems(e)}); nothing was written",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        print(
+            f"soaktop recover: {ns.run_dir}: the journals cannot be read back "
+            f"({type(e).__name__}: {e}); a line holds values of the wrong type; "
+            "nothing was written",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    done = rec.load.completed if rec.load else 0
+    print(
+        f"soaktop recover: wrote {ns.run_dir / 'record.json'}: {rec.status.value}, "
+        f"{done} completed requests recovered from the journal"
+    )
+    for reason in rec.reasons:
+        if reason.code == "journal_damaged":
+            print(f"  note: {safe_line(reason.message)}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, ui: FrontendFactory | None = None) -> int:
+    """Entry point of ``python -m soak`` (headless) and, through ``tui.entry``, of the
+    ``soaktop`` console script (``ui``: the Textual monitor's factory)."""
+    global _UI
+    _UI = ui
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["sim"]:  # everything after `sim` belongs to the simulated engine's parser
+        from simengine.cli import main as sim_main
+
+        return int(sim_main(args[1:]) or 0)
+    ns = build_parser().parse_args(args)
+    if (handler := getattr(ns, "handler", None)) is not None:
+        return int(handler(ns))
+    handlers = {
+        "run": cmd_run,
+        "demo": cmd_demo,
+        "attach": cmd_attach,
+        "view": cmd_view,
+        "verify": cmd_verify,
+        "recover": cmd_recover,
+    }
+    return handlers[ns.command](ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

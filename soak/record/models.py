@@ -1,0 +1,320 @@
+"""The run record (``record.json``): the final, self-describing result of one run.
+
+Its shape is a contract with ``soaktop verify``, ``compare``/``decide`` (later) and the
+TUI's replay; ``schema_version`` changes whenever a field changes meaning. Gates and
+telemetry summaries have their slots from the start (empty until those layers run).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loadgen.stats import LatencyStats
+from soak.record.matrix import MatrixSummary
+from soak.safe_text import safe_csv_cell
+
+SCHEMA_VERSION = 1
+
+
+class Status(StrEnum):
+    """Whole-run verdict (DESIGN.md §6)."""
+
+    PASSED = "PASSED"
+    FAILED = "FAILED"
+    INVALID = "INVALID"
+    ABORTED = "ABORTED"
+
+
+EXIT_CODES = {Status.PASSED: 0, Status.FAILED: 1, Status.INVALID: 3, Status.ABORTED: 4}
+EXIT_USAGE = 2
+EXIT_STORAGE = 5
+"""The run directory could not be written (disk full, I/O error, quota): issuing stopped
+and the record says why (or, before the first request, no run directory was left)."""
+
+
+class Reason(BaseModel):
+    """Why the verdict is what it is, in words an operator can act on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: str
+    """Stable machine name, e.g. ``load_failures``, ``barrier_not_reached``."""
+    effect: Literal["failed", "invalid", "aborted", "note"]
+    """What this reason does to the verdict."""
+    message: str
+
+
+class EndpointIdentity(BaseModel):
+    """What one endpoint (replica) said about itself before the load."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    reachable: bool
+    error: str | None = None
+    models: list[dict[str, Any]] = Field(default_factory=list)
+    """``/v1/models`` entries: id and max_model_len."""
+    version: str | None = None
+    engine: str | None = None
+    """Detected from /metrics names (vllm, sglang, tgi, llamacpp) or /version."""
+    cache_config: dict[str, Any] = Field(default_factory=dict)
+    """vllm:cache_config_info labels (block_size, num_gpu_blocks, ...)."""
+    token_slots: int | None = None
+    """KV token slots = num_gpu_blocks × block_size."""
+
+
+class Identity(BaseModel):
+    """Who was tested, with what, from where."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    model_served: bool
+    engine: str
+    endpoints: list[EndpointIdentity]
+    config_sha256: str
+    prompt_pool: dict[str, Any] = Field(default_factory=dict)
+    soaktop_version: str
+    host: dict[str, Any] = Field(default_factory=dict)
+    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    """NVML/DCGM identity (telemetry layer); empty when no GPU source ran."""
+    clock: dict[str, Any] = Field(default_factory=dict)
+    """Wall time at the monotonic origin, to line journals up with server logs."""
+
+
+class LoadSummary(BaseModel):
+    """The load phase: recomputable from ``requests.jsonl`` plus the timing fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requested_concurrency: int
+    workers_started: int
+    worker_start_failures: dict[str, int] = Field(default_factory=dict)
+    barrier_released: bool
+    barrier_released_at: str | None = None
+    """UTC wall time the issue window opened."""
+    barrier_wait_s: float | None = None
+    issued: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    """In-flight requests soaktop cut (see ``cancel_cause``); journaled with partial timings."""
+    cancel_cause: str | None = None
+    """``drain deadline`` (the server did not finish them in time) or ``abort`` (operator)."""
+    backoffs: int = 0
+    """Pauses workers took after failures that came before any token (see config
+    failure_backoff_max_s): the load was deliberately lighter than requested then."""
+    worker_errors: dict[str, int] = Field(default_factory=dict)
+    """Workers lost to an exception inside soaktop (the load ran with fewer workers)."""
+    failures_by_class: dict[str, int] = Field(default_factory=dict)
+    issue_start_s: float | None = None
+    """Seconds since the run origin when the barrier released (the issue window opened)."""
+    issue_end_s: float | None = None
+    """Seconds since the run origin when issuing stopped."""
+    issue_s: float | None = None
+    """Issue window: barrier release → stop issuing."""
+    drain_s: float | None = None
+    elapsed_s: float | None = None
+    """issue_s + drain_s: the throughput denominator."""
+    stop_reason: str | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    usage_missing: int = 0
+    """Successful requests without a usage block (their tokens are unknown, not estimated)."""
+    usage_disagrees: int = 0
+    """Successful requests that streamed more token-carrying chunks than
+    ``usage.completion_tokens`` + 2 can explain (``loadgen.outcome.usage_disagrees``): the
+    usage looks wrong. A note; the totals still use usage as reported."""
+    usage_disagrees_example: str | None = None
+    """The first such request: its id, chunks and completion tokens."""
+    empty_answers: int = 0
+    """Successful requests with no token-carrying chunk: the server said the generation
+    finished after ≥ 1 completion token (a model that ends at once). Not failures, counted
+    so that a server answering everything with nothing shows."""
+    stale_connection_retries: int = 0
+    """Requests resent once on a fresh connection: the pooled connection they were first
+    written to had been closed by the server, before any response byte (see README)."""
+    output_tokens_per_s: float | None = None
+    """output_tokens / elapsed_s (drain included)."""
+    output_tokens_per_s_issue_window: float | None = None
+    """Output tokens of requests that ended inside the issue window / issue_s."""
+    requests_per_s: float | None = None
+    """completed / elapsed_s."""
+    ttft_s: LatencyStats = Field(default_factory=LatencyStats)
+    e2e_s: LatencyStats = Field(default_factory=LatencyStats)
+    itl_s: LatencyStats = Field(default_factory=LatencyStats)
+    tpot_s: LatencyStats = Field(default_factory=LatencyStats)
+    ttfb_s: LatencyStats = Field(default_factory=LatencyStats)
+    """Time to the response headers."""
+    first_content_s: LatencyStats = Field(default_factory=LatencyStats)
+    """Time to the first visible content (differs from TTFT for reasoning models)."""
+    input_tokens_mean: float | None = None
+    """Actual input tokens per request (server usage), beside the pool's nominal figure."""
+
+
+class ClientHealth(BaseModel):
+    """Was the client able to hold the load? Measured, not assumed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    loop_lag_p99_s: float | None = None
+    loop_lag_max_s: float | None = None
+    cpu_percent_max: float | None = None
+    """Runner process CPU, percent of one core (100 = one core saturated)."""
+    rss_mb_max: float | None = None
+    threads_max: int | None = None
+    open_files_max: int | None = None
+    fd_limit: int | None = None
+    cpu_over_limit_s: float | None = None
+    """Longest stretch of the load with the runner's CPU above ``max_client_cpu_percent``."""
+    in_flight_short_s: float | None = None
+    """Longest stretch of the issue window with fewer requests in flight than workers
+    started (failure back-offs excluded): the load was lighter than requested then."""
+    in_flight_short_min: int | None = None
+    """Fewest requests in flight during such a stretch."""
+
+
+class PhaseSpan(BaseModel):
+    """One protocol phase on the monotonic timeline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    start_s: float
+    end_s: float | None = None
+
+
+class RunRecord(BaseModel):
+    """record.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    status: Status
+    reasons: list[Reason] = Field(default_factory=list)
+    exit_code: int
+    config: dict[str, Any]
+    identity: Identity | None = None
+    load: LoadSummary | None = None
+    matrix: MatrixSummary | None = None
+    """The matrix profile's cells and repetitions (``soak.record.matrix``); None for a soak."""
+    gates: dict[str, Any] = Field(default_factory=dict)
+    """``gates.<phase>.<suite>`` = {passed, total, failures, ...} (``probes.gates.SuiteGate``),
+    phases before, canary, after; recomputed from ``probes.jsonl``."""
+    thresholds: list[dict[str, Any]] = Field(default_factory=list)
+    """Each threshold's final state from the record's exact figures
+    (``soak.judge.thresholds.ThresholdState``), with its first live breach."""
+    telemetry: dict[str, Any] = Field(default_factory=dict)
+    """Per-source summaries (GPU, engine, host) from the telemetry layer, and ``coverage``:
+    each source's answered / expected samples over the load window (``soak.judge.coverage``)."""
+    reconciliation: dict[str, Any] = Field(default_factory=dict)
+    """Client vs server counter deltas per window (``before``, ``load``, ``after``) and
+    ``matched`` over all of them (``soak.judge.reconcile``)."""
+    faults: list[dict[str, Any]] = Field(default_factory=list)
+    """Every fault, restart and endpoint-down event of the run (``soak.record.faults``):
+    ``time_s`` relative to the load start, ``source``, ``kind``, ``detail``."""
+    client_health: ClientHealth = Field(default_factory=ClientHealth)
+    phases: list[PhaseSpan] = Field(default_factory=list)
+    started_at: str
+    ended_at: str
+    recovered: bool = False
+    """True when ``soaktop recover`` wrote this record from the journals."""
+    files: dict[str, str] = Field(default_factory=dict)
+    """Journal name → sha256, computed after the journals were closed."""
+
+
+STORAGE_CODES = frozenset({"storage_error", "record_truncated"})
+"""Reasons that say the run directory could not be written (exit 5)."""
+
+
+def exit_code_for(status: Status, reasons: list[Reason]) -> int:
+    """The exit code a verdict implies: by status, except that a run whose directory could
+    not be written (a journal, or the full record) exits ``EXIT_STORAGE`` (5)."""
+    if any(r.code in STORAGE_CODES for r in reasons):
+        return EXIT_STORAGE
+    return EXIT_CODES[status]
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write a file so readers see the old or the new content, never half of it.
+
+    A failed write (disk full) raises and leaves no half temporary file behind."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_record(run_dir: Path, record: RunRecord) -> None:
+    """record.json, atomically."""
+    write_atomic(run_dir / "record.json", record.model_dump_json(indent=2).encode() + b"\n")
+
+
+def load_record(run_dir: Path) -> RunRecord:
+    """Read and validate record.json."""
+    return RunRecord.model_validate_json((run_dir / "record.json").read_bytes())
+
+
+SUMMARY_COLUMNS = (
+    "run_id",
+    "status",
+    "requested_concurrency",
+    "workers_started",
+    "completed_requests",
+    "load_failures",
+    "elapsed_incl_drain_s",
+    "output_tokens_per_s",
+    "p99_ttft_s",
+    "p99_e2e_s",
+    "gates",
+    "reasons",
+)
+
+
+def summary_csv(record: RunRecord) -> bytes:
+    """One row of the seed-000 table: the measurements and their status labels."""
+    load = record.load
+    gates = "; ".join(
+        f"{phase} {suite} {res.get('passed')}/{res.get('total')}"
+        for phase, suites in record.gates.items()
+        for suite, res in suites.items()
+    )
+    row = {
+        "run_id": record.run_id,
+        "status": record.status.value,
+        "requested_concurrency": load.requested_concurrency if load else "",
+        "workers_started": load.workers_started if load else "",
+        "completed_requests": load.completed if load else "",
+        "load_failures": load.failed if load else "",
+        "elapsed_incl_drain_s": _fmt(load.elapsed_s if load else None),
+        "output_tokens_per_s": _fmt(load.output_tokens_per_s if load else None),
+        "p99_ttft_s": _fmt(load.ttft_s.p99 if load else None),
+        "p99_e2e_s": _fmt(load.e2e_s.p99 if load else None),
+        "gates": gates or "not run",
+        "reasons": " | ".join(r.message for r in record.reasons),
+    }
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    # Reasons quote the server: no escape reaches a terminal that cats the file, and no
+    # cell runs as a spreadsheet formula. Numbers soaktop wrote pass unchanged.
+    w.writerow({k: safe_csv_cell(v) for k, v in row.items()})
+    return buf.getvalue().encode()
+
+
+def _fmt(v: float | None) -> str:
+    return "" if v is None else f"{v:.3f}"

@@ -1,0 +1,81 @@
+"""The once-a-second snapshot: everything the panes and the headless lines show.
+
+The runner appends one to ``snapshots.jsonl`` per tick; the TUI and headless mode only
+read these (they never compute statistics from raw requests). Sections for gates and
+telemetry exist from the start and say "no data" (``None``/empty) until their layers run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loadgen.live import ThroughputView
+from soak.record.events import Event
+from soak.record.models import Reason
+
+SNAPSHOT_SCHEMA_VERSION = 1
+
+
+class LoadView(BaseModel):
+    """Load state: requested vs started vs in flight, counts, window and cumulative."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requested_concurrency: int
+    workers_started: int = 0
+    in_flight: int = 0
+    issued: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    failures_by_class: dict[str, int] = Field(default_factory=dict)
+    issue_elapsed_s: float | None = None
+    issue_total_s: float | None = None
+    """The planned issue window (None when the load ends by request count)."""
+    window: ThroughputView | None = None
+    cumulative: ThroughputView | None = None
+
+
+class ClientView(BaseModel):
+    """The runner's own health this tick."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_percent: float | None = None
+    rss_mb: float | None = None
+    threads: int | None = None
+    open_files: int | None = None
+    fd_limit: int | None = None
+    loop_lag_s: float | None = None
+    """Worst event-loop lateness during this tick."""
+
+
+class Snapshot(BaseModel):
+    """One line of snapshots.jsonl."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SNAPSHOT_SCHEMA_VERSION
+    seq: int
+    t: float
+    """Seconds since the run's monotonic origin."""
+    wall: str
+    run_id: str
+    phase: str
+    """identity, barrier, load, drain, finalize, done (gates add before_gates/after_gates)."""
+    phase_elapsed_s: float
+    load: LoadView
+    client: ClientView
+    gates: dict[str, Any] = Field(default_factory=dict)
+    """``{phase: {suite: {passed, total, done, failed, rounds}}}`` so far."""
+    thresholds: list[dict[str, Any]] = Field(default_factory=list)
+    """Each threshold's live state (``soak.judge.thresholds.ThresholdState``): ok, breached or
+    no_data, from the live histograms."""
+    telemetry: dict[str, Any] = Field(default_factory=dict)
+    events: list[Event] = Field(default_factory=list)
+    """Events since the previous snapshot."""
+    status: str = "running"
+    """``running`` until the verdict, then PASSED/FAILED/INVALID/ABORTED."""
+    reasons: list[Reason] = Field(default_factory=list)

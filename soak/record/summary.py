@@ -1,0 +1,173 @@
+"""The load summary, computed from ``requests.jsonl`` — by the runner and by ``verify``.
+
+One function, one source of truth: the record's load figures are whatever this function
+says about the journal, so anyone can recompute them from the files in the run directory.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadgen.outcome import usage_disagrees
+from loadgen.stats import PercentileMethod, summarize
+from soak.record.journal import read_jsonl
+from soak.record.models import LoadSummary
+
+
+@dataclass
+class LoadTiming:
+    """What the journal alone cannot tell: the barrier and the phase boundaries."""
+
+    requested_concurrency: int
+    workers_started: int
+    barrier_released: bool
+    worker_start_failures: dict[str, int] = field(default_factory=dict)
+    barrier_released_at: str | None = None
+    barrier_wait_s: float | None = None
+    issue_start_s: float | None = None
+    issue_end_s: float | None = None
+    drain_end_s: float | None = None
+    issued: int = 0
+    stop_reason: str | None = None
+    cancel_cause: str | None = None
+    backoffs: int = 0
+    worker_errors: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_summary(cls, s: LoadSummary) -> LoadTiming:
+        """The timing part of an existing summary (for ``verify``)."""
+        drain_end = (
+            s.issue_end_s + s.drain_s
+            if s.issue_end_s is not None and s.drain_s is not None
+            else None
+        )
+        return cls(
+            requested_concurrency=s.requested_concurrency,
+            workers_started=s.workers_started,
+            barrier_released=s.barrier_released,
+            worker_start_failures=dict(s.worker_start_failures),
+            barrier_released_at=s.barrier_released_at,
+            barrier_wait_s=s.barrier_wait_s,
+            issue_start_s=s.issue_start_s,
+            issue_end_s=s.issue_end_s,
+            drain_end_s=drain_end,
+            issued=s.issued,
+            stop_reason=s.stop_reason,
+            cancel_cause=s.cancel_cause,
+            backoffs=s.backoffs,
+            worker_errors=dict(s.worker_errors),
+        )
+
+
+def _span(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else max(0.0, b - a)
+
+
+def summarize_load(
+    requests_path: Path,
+    timing: LoadTiming,
+    method: PercentileMethod = "nearest-rank",
+    visit: Callable[[dict[str, Any]], None] | None = None,
+) -> LoadSummary:
+    """Counts, tokens, throughput and exact latency percentiles from the journal.
+    ``visit`` sees every load line too, so other figures need no second read."""
+    completed = failed = cancelled = usage_missing = 0
+    disagrees = empty_answers = stale_retries = 0
+    disagree_example: str | None = None
+    prompt_tokens = output_tokens = window_tokens = 0
+    classes: Counter[str] = Counter()
+    lat: dict[str, list[float]] = {k: [] for k in ("ttft", "e2e", "tpot", "ttfb", "fc")}
+    itl: list[np.ndarray] = []
+    for line in read_jsonl(requests_path):
+        if line.get("phase", "load") != "load":
+            continue
+        if visit is not None:
+            visit(line)
+        if line.get("stale_retry"):
+            stale_retries += 1
+        if line.get("cancelled"):
+            cancelled += 1
+            continue
+        if not line.get("ok"):
+            failed += 1
+            classes[str(line.get("failure"))] += 1
+            continue
+        completed += 1
+        ot, pt = line.get("output_tokens"), line.get("prompt_tokens")
+        if ot is None or pt is None:
+            usage_missing += 1
+        chunks = line.get("chunks")
+        if chunks == 0:
+            empty_answers += 1
+        if usage_disagrees(chunks, ot):
+            disagrees += 1
+            if disagree_example is None:
+                disagree_example = (
+                    f"{line.get('id')}: {chunks} token chunks, usage.completion_tokens {ot}"
+                )
+        output_tokens += ot or 0
+        prompt_tokens += pt or 0
+        end_s = line.get("end_s")
+        if timing.issue_end_s is not None and end_s is not None and end_s <= timing.issue_end_s:
+            window_tokens += ot or 0
+        ttft, e2e = line.get("ttft_s"), line.get("e2e_s")
+        for key, v in (("ttft", ttft), ("e2e", e2e), ("ttfb", line.get("ttfb_s"))):
+            if v is not None:
+                lat[key].append(v)
+        if line.get("first_content_s") is not None:
+            lat["fc"].append(line["first_content_s"])
+        if ttft is not None and e2e is not None and ot and ot > 1:
+            lat["tpot"].append((e2e - ttft) / (ot - 1))
+        gaps = line.get("itl_us")
+        if gaps:
+            itl.append(np.asarray(gaps, dtype=np.float64) / 1e6)
+
+    issue_s = _span(timing.issue_start_s, timing.issue_end_s)
+    drain_s = _span(timing.issue_end_s, timing.drain_end_s)
+    elapsed = issue_s + drain_s if issue_s is not None and drain_s is not None else issue_s
+    with_usage = completed - usage_missing
+    return LoadSummary(
+        requested_concurrency=timing.requested_concurrency,
+        workers_started=timing.workers_started,
+        worker_start_failures=timing.worker_start_failures,
+        barrier_released=timing.barrier_released,
+        barrier_released_at=timing.barrier_released_at,
+        barrier_wait_s=timing.barrier_wait_s,
+        issued=timing.issued,
+        completed=completed,
+        failed=failed,
+        cancelled=cancelled,
+        cancel_cause=timing.cancel_cause if cancelled else None,
+        backoffs=timing.backoffs,
+        worker_errors=timing.worker_errors,
+        failures_by_class=dict(sorted(classes.items())),
+        issue_start_s=timing.issue_start_s,
+        issue_end_s=timing.issue_end_s,
+        issue_s=issue_s,
+        drain_s=drain_s,
+        elapsed_s=elapsed,
+        stop_reason=timing.stop_reason,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        usage_missing=usage_missing,
+        usage_disagrees=disagrees,
+        usage_disagrees_example=disagree_example,
+        empty_answers=empty_answers,
+        stale_connection_retries=stale_retries,
+        output_tokens_per_s=output_tokens / elapsed if elapsed else None,
+        output_tokens_per_s_issue_window=window_tokens / issue_s if issue_s else None,
+        requests_per_s=completed / elapsed if elapsed else None,
+        ttft_s=summarize(lat["ttft"], method),
+        e2e_s=summarize(lat["e2e"], method),
+        itl_s=summarize(np.concatenate(itl) if itl else np.empty(0), method),
+        tpot_s=summarize(lat["tpot"], method),
+        ttfb_s=summarize(lat["ttfb"], method),
+        first_content_s=summarize(lat["fc"], method),
+        input_tokens_mean=prompt_tokens / with_usage if with_usage else None,
+    )
