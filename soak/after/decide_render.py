@@ -7,9 +7,9 @@ cell and line is made display-safe (:mod:`soak.safe_text`) before it is laid out
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from soak.after.decide import (
+from soak.after.decide_model import (
     ROLE_TITLES,
     ROLES,
     ArmSummary,
@@ -59,13 +59,22 @@ def _candidate_title(d: Decision) -> str:
 
 def render(d: Decision, markdown: bool = False) -> str:
     """The seed-004-style report: plain aligned tables, or markdown (``markdown=True``)."""
-    lines: list[str] = []
     h = (lambda t: f"## {t}") if markdown else (lambda t: t)
-    word = d.decision
-    title = f"{word} — {d.wins}/{d.cells_total} material wins"
-    lines += [f"# Decision: {title}" if markdown else f"soaktop decide: {title}", "", d.rule, ""]
+    title = f"{d.decision} — {d.wins}/{d.cells_total} material wins"
+    lines = [f"# Decision: {title}" if markdown else f"soaktop decide: {title}", "", d.rule, ""]
+    lines += _runs_section(d, h, markdown)
+    lines += _cells_sections(d, h, markdown)
+    lines += ["", h(f"Decision: {d.decision}"), ""]
+    lines += [f"- {r}" for r in d.reasons]
+    lines += ["", h("Caveats"), ""]
+    lines += [f"- {c.message} [{c.code}]" for c in d.caveats] or ["- none detected"]
+    lines += _engine_section(d, h, markdown)
+    return "\n".join(safe_line(ln) for ln in lines) + "\n"
 
-    lines += [h("Runs"), ""]
+
+def _runs_section(d: Decision, h: Callable[[str], str], markdown: bool) -> list[str]:
+    """The three runs, and the timed requests they completed."""
+    lines = [h("Runs"), ""]
     lines += _table(
         ["Arm", "Run", "Status", "Model", "Timed requests completed"],
         [
@@ -89,9 +98,14 @@ def render(d: Decision, markdown: bool = False) -> str:
         + ("; no request failures" if not total_failed else f"; {total_failed} failed"),
         "",
     ]
+    return lines
 
+
+def _cells_sections(d: Decision, h: Callable[[str], str], markdown: bool) -> list[str]:
+    """Per cell: the decision statistic, the change against each control and verdict, and
+    the nearest-rank p50 shown for reference."""
     arm_heads = ["Original before", _candidate_title(d), "Original restored"]
-    lines += [
+    lines = [
         h("Median end-to-end seconds"),
         "",
         "Ordinary median of every repetition's timed requests, pooled per cell; lower is "
@@ -126,7 +140,7 @@ def render(d: Decision, markdown: bool = False) -> str:
         "median above, shown for reference, not decided on.",
         "",
     ]
-    lines += _table(
+    return lines + _table(
         [_input_head(d), "Concurrency", *arm_heads, "Requests (b/c/r)"],
         [
             [
@@ -139,12 +153,10 @@ def render(d: Decision, markdown: bool = False) -> str:
         markdown,
     )
 
-    lines += ["", h(f"Decision: {word}"), ""]
-    lines += [f"- {r}" for r in d.reasons]
-    lines += ["", h("Caveats"), ""]
-    lines += [f"- {c.message} [{c.code}]" for c in d.caveats] or ["- none detected"]
 
-    lines += [
+def _engine_section(d: Decision, h: Callable[[str], str], markdown: bool) -> list[str]:
+    """Engine-reported facts, beside the decision."""
+    lines = [
         "",
         h("Engine facts"),
         "",
@@ -157,9 +169,8 @@ def render(d: Decision, markdown: bool = False) -> str:
         lines.append(f"Token slots, restored → candidate: {d.engine.token_slots_vs_restored}")
     if d.engine.token_slots_vs_before or d.engine.token_slots_vs_restored:
         lines.append("")
-    rows = engine_rows(d)
-    lines += _table(["Fact", *arm_heads], rows, markdown)
-    return "\n".join(safe_line(ln) for ln in lines) + "\n"
+    arm_heads = ["Original before", _candidate_title(d), "Original restored"]
+    return lines + _table(["Fact", *arm_heads], engine_rows(d), markdown)
 
 
 def engine_rows(d: Decision) -> list[list[str]]:
