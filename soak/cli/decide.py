@@ -1,8 +1,9 @@
 """``soaktop decide --before RUN --candidate RUN --restored RUN``: promote or retain.
 
-The logic and the report live in :mod:`soak.after.decide`; this module is the parser and the
-handler. Exit codes: 0 when a decision was made (promote or retain original), 2 for a
-usage error or runs that cannot be compared (the message says exactly what differs).
+The logic and the report live in :mod:`soak.after.decide` and its ``decide_*`` siblings;
+this module is the parser and the handler. Exit codes: 0 when a decision was made
+(promote or retain original), 2 for a usage error or runs that cannot be compared (the
+message says exactly what differs).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from soak.after.decide import DEFAULT_MIN_WINS, Decision, NotComparable, decide
+from soak.after.decide import decide
+from soak.after.decide_model import DEFAULT_MIN_WINS, Decision, NotComparable
 from soak.after.decide_render import render
 from soak.record.models import EXIT_USAGE, RunRecord, write_atomic
 from soak.safe_text import safe_json, safe_text
@@ -166,7 +168,8 @@ def cmd_decide(ns: argparse.Namespace) -> int:
 def _write_html(d: Decision, path: Path) -> str | None:
     """Write the ``--html`` page; the problem in words when it cannot be written."""
     from soak.after.report import ReportError
-    from soak.after.report.bars import build_decide_page, write_page
+    from soak.after.report.bars import write_page
+    from soak.after.report.decide_page import build_decide_page
 
     try:
         write_page(path, build_decide_page(d))

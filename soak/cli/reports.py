@@ -92,7 +92,8 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     html = getattr(ns, "html", None)
     if html is not None:
         from soak.after.report import ReportError
-        from soak.after.report.bars import build_compare_page, write_page
+        from soak.after.report.bars import write_page
+        from soak.after.report.compare_page import build_compare_page
 
         try:
             write_page(html, build_compare_page(table))

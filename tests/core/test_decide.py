@@ -8,18 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from soak.after.decide import (
-    Decision,
-    NotComparable,
-    controls_disagree,
-    decide,
-    fmt_change,
-    is_material_win,
-)
+from soak.after.decide import decide
+from soak.after.decide_model import Decision, NotComparable, fmt_change
 from soak.after.decide_render import render
+from soak.after.decide_rule import controls_disagree, is_material_win
 from soak.cli.decide import add_parser, parse_gain
 from soak.record.matrix import CellResult, MatrixSpec, MatrixSummary, RepResult
 from soak.record.models import EndpointIdentity, Identity, RunRecord, Status, write_record
+from soak.record.sections import Reconciliation
+from soak.record.telemetry import RecordTelemetry
 
 POOL = "a" * 64
 # nearest-rank offsets around a median: 12 values whose 6th and 7th are the median itself
@@ -123,8 +120,10 @@ def record(
         ),
         matrix=summary if matrix else None,
         gates=gates or {},
-        telemetry={"engines": [{"endpoint": 0, "spec_decode": spec_decode}]},
-        reconciliation=reconciliation or {"matched": True},
+        telemetry=RecordTelemetry.model_validate(
+            {"engines": [{"endpoint": 0, "spec_decode": spec_decode}]}
+        ),
+        reconciliation=Reconciliation.model_validate(reconciliation or {"matched": True}),
         started_at="2026-11-01T00:00:00Z",
         ended_at="2026-11-01T01:00:00Z",
     )

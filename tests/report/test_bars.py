@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 
 from soak.after.compare import Comparison, compare, figures, read_run
-from soak.after.decide import ROLES, Decision, decide
-from soak.after.report.bars import COMPARE_CHARTS, build_compare_page, build_decide_page
+from soak.after.decide import decide
+from soak.after.decide_model import ROLES, Decision
+from soak.after.report.compare_page import COMPARE_CHARTS, build_compare_page
+from soak.after.report.decide_page import build_decide_page
 from soak.cli.decide import add_parser as add_decide
 from soak.cli.reports import add_parsers as add_reports
 from tests.core.test_decide import DFLASH, trial, write_runs
