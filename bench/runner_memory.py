@@ -24,7 +24,7 @@ import psutil
 from soak.cli.demo import simulated_engine
 from soak.record.journal import JsonlTail
 from soak.record.models import load_record
-from soak.run.config import load_config
+from soak.run.config_load import load_config
 from soak.run.spawn import start_runner
 
 RSS_TARGET_MB = 300.0
