@@ -126,15 +126,9 @@ def simulated_engine(
         str(log_dir),
         "--ready-file",
         str(ready_file),
+        *_lifetime_args(scenario_at_s, lifeline, keep_dir),
+        *(extra_args or []),
     ]
-    if scenario_at_s is not None:
-        cmd += ["--scenario-at", f"{scenario_at_s:g}"]
-    # The runner, told by the same pipe, aborts in about a second; the engine serves that
-    # long first, so the record blames the demo's end, not a vanished server.
-    cmd += ["--parent-fd", str(lifeline.read_fd), "--parent-grace", f"{PARENT_GRACE_S:g}"]
-    if not keep_dir:
-        cmd.append("--remove-log-dir")
-    cmd += extra_args or []
     err = (log_dir / "sim.stderr").open("wb")
     proc: subprocess.Popen[bytes] | None = None
     try:
@@ -145,15 +139,7 @@ def simulated_engine(
             start_new_session=True,  # a Ctrl-C in the terminal is the CLI's to handle
             pass_fds=(lifeline.read_fd,),
         )
-        deadline = time.monotonic() + start_timeout_s
-        while not ready_file.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise SimStartError(
-                    "the simulated engine did not start:\n"
-                    + (log_dir / "sim.stderr").read_text(errors="replace")[-2000:]
-                )
-            time.sleep(0.05)
+        _wait_ready(proc, ready_file, log_dir / "sim.stderr", start_timeout_s)
         with runners_end_with_this_process(lifeline.read_fd):
             yield SimHandle(proc, orjson.loads(ready_file.read_bytes()), log_dir)
     finally:
@@ -161,16 +147,49 @@ def simulated_engine(
         # closes; the engine serves until its record is written, then stops.
         lifeline.close()
         wait_for_tied_runners(RUNNER_WAIT_S)
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            _stop(proc)
         err.close()
         if not keep_dir:
             shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _lifetime_args(scenario_at_s: float | None, lifeline: Lifeline, keep_dir: bool) -> list[str]:
+    """The engine's arguments for when its fault fires and how it ends."""
+    args = [] if scenario_at_s is None else ["--scenario-at", f"{scenario_at_s:g}"]
+    # The runner, told by the same pipe, aborts in about a second; the engine serves that
+    # long first, so the record blames the demo's end, not a vanished server.
+    args += ["--parent-fd", str(lifeline.read_fd), "--parent-grace", f"{PARENT_GRACE_S:g}"]
+    if not keep_dir:
+        args.append("--remove-log-dir")
+    return args
+
+
+def _wait_ready(
+    proc: subprocess.Popen[bytes], ready_file: Path, stderr_file: Path, timeout_s: float
+) -> None:
+    """Wait for the engine's ready file; an engine that exits or is late is killed and
+    raises :class:`SimStartError` with the end of its stderr."""
+    deadline = time.monotonic() + timeout_s
+    while not ready_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SimStartError(
+                "the simulated engine did not start:\n"
+                + stderr_file.read_text(errors="replace")[-2000:]
+            )
+        time.sleep(0.05)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the engine if it still runs; kill it after 10 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def keep_server_logs(sim: SimHandle, run_dir: Path, config: RunConfig | None = None) -> None:

@@ -97,12 +97,12 @@ def final_report(rec: RunRecord, run_dir: Path) -> str:
         out.append(
             "  gates: "
             + "; ".join(
-                f"{phase} " + ", ".join(f"{s} {g['passed']}/{g['total']}" for s, g in su.items())
+                f"{phase} " + ", ".join(f"{s} {g.passed}/{g.total}" for s, g in su.items())
                 for phase, su in rec.gates.items()
             )
         )
     for t in rec.thresholds:
-        out.append(f"  threshold {t['condition']}: {t['state']} (observed {t['observed']})")
+        out.append(f"  threshold {t.condition}: {t.state} (observed {t.observed})")
     if evidence := sorted(p for p in rec.files if p.startswith("evidence/")):
         shown = ", ".join(evidence[:5]) + (
             f" +{len(evidence) - 5} more" if len(evidence) > 5 else ""
@@ -172,8 +172,13 @@ def follow(
             last_print = clock()
             last_phase = last["phase"]
         if rc is not None:
-            break
+            return _ended(handle, rc, out)
         time.sleep(poll_s)
+
+
+def _ended(handle: RunnerHandle | AttachedRunner, rc: int, out: TextIO) -> int:
+    """The runner exited with ``rc``: its final report and exit code, or why there is no
+    record and how to get one."""
     if (handle.run_dir / "record.json").exists():
         rec = load_record(handle.run_dir)
         print(final_report(rec, handle.run_dir), file=out, flush=True)

@@ -6,22 +6,24 @@ Exit codes (DESIGN.md §6): 0 passed, 1 failed, 2 usage or configuration error,
 
 The headless core never imports the Textual monitor: the ``soaktop`` console script is
 ``tui.entry:main``, which hands a frontend factory to :func:`main` here. Without one
-(``python -m soak``) everything runs headless.
+(``python -m soak``) everything runs headless. The parser is :mod:`soak.cli.parser`; the
+handlers of ``decide`` and of ``compare``/``runs``/``report`` are in :mod:`soak.cli.decide`
+and :mod:`soak.cli.reports`.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from soak import __version__
+from soak.cli.parser import build_parser, cli_flags, cli_values
 from soak.record.models import EXIT_STORAGE, EXIT_USAGE
-from soak.run.config import ConfigError, RunConfig, allowed, load_config
+from soak.run.config import ConfigError, RunConfig
+from soak.run.config_load import load_config
 
 if TYPE_CHECKING:
     from soak.run.spawn import RunnerHandle
@@ -53,262 +55,6 @@ class FrontendFactory(Protocol):
 
 _UI: FrontendFactory | None = None
 """Set by :func:`main` when the console script provides the Textual monitor."""
-
-# CLI flag → RunConfig field, for the flags shared by `run` and `demo`.
-_COMMON_FLAGS: dict[str, dict[str, Any]] = {
-    "--concurrency": {"type": int, "dest": "concurrency"},
-    "--duration": {"type": float, "dest": "duration_s", "metavar": "S"},
-    "--max-requests": {"type": int, "dest": "max_requests"},
-    "--max-tokens": {"type": int, "dest": "max_tokens"},
-    "--ignore-eos": {"action": "store_const", "const": True, "dest": "ignore_eos"},
-    "--prompts": {"type": Path, "dest": "prompts", "metavar": "FILE"},
-    "--synthetic-input-tokens": {"type": int, "dest": "synthetic_input_tokens", "metavar": "N"},
-    "--pool-seed": {"type": int, "dest": "pool_seed"},
-    "--label": {"dest": "label"},
-    "--purpose": {"dest": "purpose"},
-    "--out": {"type": Path, "dest": "out", "metavar": "DIR"},
-    "--drain-timeout": {"type": float, "dest": "drain_timeout_s", "metavar": "S"},
-    "--max-failures": {"type": int, "dest": "max_failures"},
-    "--percentile-method": {"dest": "percentile_method", "choices": ["nearest-rank", "linear"]},
-    "--interval": {"type": float, "dest": "interval_s", "metavar": "S"},
-    "--headless": {"action": "store_const", "const": True, "dest": "headless"},
-    "--redact": {"action": "store_const", "const": True, "dest": "redact"},
-    "--gates": {
-        "type": lambda v: [s.strip() for s in v.split(",") if s.strip()],
-        "dest": "gates",
-        "metavar": "SUITE,...",
-    },
-    "--no-gates": {"action": "store_const", "const": [], "dest": "gates"},
-    "--suite": {"type": Path, "action": "append", "dest": "suite_files", "metavar": "FILE"},
-    "--force-load": {"action": "store_const", "const": True, "dest": "force_load"},
-    "--probe-retries": {"type": int, "dest": "probe_retries", "metavar": "N"},
-    "--probe-concurrency": {"type": int, "dest": "probe_concurrency", "metavar": "N"},
-    "--probe-timeout": {"type": float, "dest": "probe_timeout_s", "metavar": "S"},
-    "--probe-expected": {"action": "store_const", "const": True, "dest": "probe_expected"},
-    "--probe-evidence": {"dest": "probe_evidence", "choices": ["failures", "all"]},
-    "--canary-interval": {"type": float, "dest": "canary_interval_s", "metavar": "S"},
-    "--canary-tasks": {"type": int, "dest": "canary_tasks", "metavar": "N"},
-    "--threshold": {"action": "append", "dest": "thresholds", "metavar": "EXPR"},
-    "--server-log": {"type": Path, "action": "append", "dest": "server_log", "metavar": "PATH"},
-    "--server-log-cmd": {"action": "append", "dest": "server_log_cmd", "metavar": "CMD"},
-    "--dcgm": {"action": "append", "dest": "dcgm", "metavar": "URL"},
-    "--no-nvml": {"action": "store_const", "const": False, "dest": "nvml"},
-    "--reconcile": {"dest": "reconcile", "choices": ["report", "strict"]},
-    "--matrix": {"dest": "matrix", "metavar": "SPEC"},
-    "--reasoning": {"dest": "reasoning_effort", "metavar": "LEVEL"},
-    "--ignore-xid": {
-        "type": lambda v: _int_list(v, "Xid codes such as 45,43"),
-        "action": "extend",
-        "dest": "ignore_xid",
-        "metavar": "N[,N]",
-    },
-    "--server-pid": {"type": int, "action": "append", "dest": "server_pid", "metavar": "PID"},
-    "--telemetry-interval": {"type": float, "dest": "telemetry_interval_s", "metavar": "S"},
-    "--require-telemetry": {"dest": "require_telemetry", "metavar": "KIND,..."},
-    "--max-client-cpu": {"type": float, "dest": "max_client_cpu_percent", "metavar": "PCT"},
-    "--max-loop-lag": {"type": float, "dest": "max_loop_lag_s", "metavar": "S"},
-}
-
-
-def _int_list(text: str, what: str) -> list[int]:
-    """``45,43`` → [45, 43]; anything else is a usage error naming the value."""
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{_short(text)} is not a list of {what}") from None
-
-
-def _short(text: str) -> str:
-    """The operator's text, quoted and bounded (a 10,000-digit number is not echoed)."""
-    return repr(text) if len(text) <= 80 else f"{text[:60]!r}… ({len(text)} characters)"
-
-
-def _number(kind: type[int] | type[float], what: str) -> Callable[[str], int | float]:
-    """An argparse ``type`` that says what is allowed when the text is not a number (the
-    range itself is the config's check, which names the field and the bounds)."""
-    noun = "a whole number" if kind is int else "a number"
-
-    def parse(text: str) -> int | float:
-        try:
-            return kind(text)
-        except ValueError:  # also Python's 4,300-digit limit on int()
-            raise argparse.ArgumentTypeError(
-                f"{_short(text)} is not {noun} (allowed: {what})"
-            ) from None
-
-    return parse
-
-
-def _bounded(
-    kind: type[int] | type[float], lo: float, hi: float, what: str
-) -> Callable[[str], int | float]:
-    """An argparse ``type`` for a flag that is not a config field (display, demo)."""
-    parse = _number(kind, what)
-
-    def check(text: str) -> int | float:
-        v = parse(text)
-        if not (math.isfinite(v) and lo <= v <= hi):
-            raise argparse.ArgumentTypeError(f"{_short(text)} is out of range (allowed: {what})")
-        return v
-
-    return check
-
-
-# Display flags: the monitor's, never part of the run's configuration.
-_DISPLAY_FLAGS: dict[str, dict[str, Any]] = {
-    "--theme": {
-        "help": "monitor theme: dark, light, high-contrast, ansi or a user theme "
-        "(default: $SOAKTOP_THEME or dark)"
-    },
-    "--ascii": {
-        "action": "store_const",
-        "const": True,
-        "help": "no Unicode box, bar or chart glyphs (default: auto from the locale)",
-    },
-    "--refresh": {
-        "type": _bounded(float, 0.1, 60, "a number of seconds from 0.1 to 60"),
-        "dest": "refresh_s",
-        "metavar": "S",
-        "help": "monitor refresh interval, 0.1 to 60 s (raise it on slow links; default 0.5)",
-    },
-}
-
-
-def _field_help(dest: str) -> str | None:
-    f = RunConfig.model_fields.get(dest)
-    if f is None:
-        return None
-    if f.annotation is bool:
-        return f.description
-    return f"{f.description} Allowed: {allowed(dest)}."
-
-
-_FLAG_HELP = {
-    "--no-gates": "run no contract gates (same as --gates '')",
-    "--no-nvml": "do not read this host's GPUs through NVML",
-}
-
-
-def _add_common(p: argparse.ArgumentParser) -> None:
-    for flag, kw in _COMMON_FLAGS.items():
-        if kw.get("type") in (int, float):
-            kw = kw | {"type": _number(kw["type"], allowed(kw["dest"]))}
-        p.add_argument(flag, default=None, help=_FLAG_HELP.get(flag, _field_help(kw["dest"])), **kw)
-    _add_display(p)
-
-
-_RUN_FLAGS = {
-    "endpoints": "--endpoint",
-    "model": "--model",
-    "api": "--api",
-    "engine": "--engine",
-    "api_key_env": "--api-key-env",
-}
-
-
-def cli_flags() -> dict[str, str]:
-    """Config field → the flag that sets it, so a configuration error names the flag."""
-    out = dict(_RUN_FLAGS)
-    for flag, kw in _COMMON_FLAGS.items():
-        out.setdefault(kw["dest"], flag)
-    return out
-
-
-def _add_display(p: argparse.ArgumentParser) -> None:
-    for flag, kw in _DISPLAY_FLAGS.items():
-        p.add_argument(flag, default=None, **kw)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (also the CLI reference in the README)."""
-    ap = argparse.ArgumentParser(
-        prog="soaktop", description="Soak monitor for LLM serving engines."
-    )
-    ap.add_argument("--version", action="version", version=f"soaktop {__version__}")
-    sub = ap.add_subparsers(dest="command", required=True)
-
-    run = sub.add_parser("run", help="soak an OpenAI-compatible endpoint")
-    run.add_argument(
-        "--endpoint",
-        action="append",
-        dest="endpoints",
-        metavar="URL",
-        help=f"{_field_help('endpoints')} Repeat for several replicas.",
-    )
-    run.add_argument("--model", help=_field_help("model"))
-    run.add_argument("--api", choices=["chat", "completions"], help=_field_help("api"))
-    run.add_argument("--engine", help=_field_help("engine"))
-    run.add_argument(
-        "--api-key-env", dest="api_key_env", metavar="VAR", help=_field_help("api_key_env")
-    )
-    run.add_argument(
-        "--config",
-        type=Path,
-        metavar="TOML",
-        help="TOML file with a [run] table (CLI > SOAKTOP_* env > file > defaults)",
-    )
-    _add_common(run)
-
-    demo = sub.add_parser("demo", help="soak the built-in simulated engine")
-    demo.add_argument(
-        "--scenario",
-        default="healthy",
-        choices=sorted(_scenarios()),
-        help="fault scenario of the simulated engine",
-    )
-    demo.add_argument(
-        "--replicas",
-        type=_bounded(int, 1, 64, "a whole number from 1 to 64"),
-        default=2,
-        help="replicas of the simulated engine, 1 to 64 (default 2)",
-    )
-    demo.add_argument(
-        "--gpus-per-replica",
-        type=_bounded(int, 1, 16, "a whole number from 1 to 16"),
-        default=4,
-        help="simulated GPUs per replica, 1 to 16 (default 4)",
-    )
-    _add_common(demo)
-
-    # Listed for --help only: main() hands `sim ...` to the simulated engine's own parser.
-    sub.add_parser("sim", help="run the simulated engine (see: soaktop sim --help)")
-
-    attach = sub.add_parser("attach", help="re-open the monitor of a run that goes on")
-    attach.add_argument("run_dir", type=Path)
-    _add_display(attach)
-    view = sub.add_parser("view", help="replay a finished run in the monitor")
-    view.add_argument("run_dir", type=Path)
-    _add_display(view)
-
-    from soak.cli.decide import add_parser as add_decide
-
-    add_decide(sub)
-    from soak.cli.reports import add_parsers as add_report_parsers
-
-    add_report_parsers(sub)
-
-    verify = sub.add_parser("verify", help="recompute a record from its journals")
-    verify.add_argument("run_dir", type=Path)
-    recover = sub.add_parser("recover", help="write the record of a runner that died")
-    recover.add_argument("run_dir", type=Path)
-    return ap
-
-
-def _scenarios() -> dict[str, str]:
-    from soak.cli.demo import SCENARIOS
-
-    return SCENARIOS
-
-
-def _cli_values(ns: argparse.Namespace) -> dict[str, Any]:
-    keys = {kw["dest"] for kw in _COMMON_FLAGS.values()} | {
-        "endpoints",
-        "model",
-        "api",
-        "engine",
-        "api_key_env",
-    }
-    return {k: getattr(ns, k) for k in keys if hasattr(ns, k)}
 
 
 def _terminal() -> bool:
@@ -364,7 +110,7 @@ def launch(
 def cmd_run(ns: argparse.Namespace) -> int:
     """``soaktop run``."""
     try:
-        cfg = load_config(_cli_values(ns), toml_path=ns.config, cli_flags=cli_flags())
+        cfg = load_config(cli_values(ns), toml_path=ns.config, cli_flags=cli_flags())
     except ConfigError as e:
         print(f"soaktop: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
@@ -381,7 +127,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     )
     from soak.record.journal import storage_words
 
-    values = _cli_values(ns)
+    values = cli_values(ns)
     base = {
         "concurrency": 32,
         "duration_s": 60.0,
