@@ -1,12 +1,13 @@
 """GPU telemetry from an NVIDIA dcgm-exporter ``/metrics`` endpoint (remote nodes).
 
-Parsed with ``prometheus_client``'s parser (never substring matching) and mapped to one
-GPU vocabulary per GPU; a GPU is keyed by the exporter's ``Hostname`` label, its ``gpu``
-index and its ``UUID``. A field the exporter does not export is ``None`` ("not
-supported"), never zero and never estimated. dcgm-exporter's default counters file
-exports framebuffer used/free, utilisation, temperature, power, SM clock, the last Xid,
-PCIe replays and row remapping; the ECC totals, framebuffer total/reserved, power limit and
-clock-event reasons appear only when the operator's counters file asks for them.
+Parsed with ``prometheus_client``'s parser (never substring matching) and mapped to the
+GPU vocabulary (:class:`probes.gpu_reading.GpuReading`), one reading per GPU; a GPU is
+keyed by the exporter's ``Hostname`` label, its ``gpu`` index and its ``UUID``. A field
+the exporter does not export is ``None`` ("not supported"), never zero and never
+estimated. dcgm-exporter's default counters file exports framebuffer used/free,
+utilisation, temperature, power, SM clock, the last Xid, PCIe replays and row remapping;
+the ECC totals, framebuffer total/reserved, power limit and clock-event reasons appear
+only when the operator's counters file asks for them.
 
 Two things about the exporter a reader must know:
 
@@ -31,6 +32,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from probes.engine_metrics import get_page
+from probes.gpu_reading import GpuReading, throttle_words
 from probes.neterrors import client_side
 
 # vocabulary key → DCGM field names, the first one present wins
@@ -59,71 +61,6 @@ FIELDS: dict[str, tuple[str, ...]] = {
 _SUMMED_UNDER_MIG = frozenset(
     {"memory_used_mib", "memory_free_mib", "memory_total_mib", "memory_reserved_mib"}
 )
-
-THROTTLE_BITS: tuple[tuple[int, str], ...] = (
-    (0x1, "gpu idle"),
-    (0x2, "applications clocks setting"),
-    (0x4, "sw power cap"),
-    (0x8, "hw slowdown"),
-    (0x10, "sync boost"),
-    (0x20, "sw thermal"),
-    (0x40, "hw thermal"),
-    (0x80, "hw power brake"),
-    (0x100, "display clocks"),
-)
-"""NVML's clock-event (throttle) reason bits, as ``nvmlClocksEventReason*`` in
-``pynvml`` 13.615: SyncBoost is 0x10, SwThermal 0x20, HwThermal 0x40, HwPowerBrake 0x80,
-DisplayClockSetting 0x100."""
-
-
-def throttle_words(mask: int) -> tuple[str, ...]:
-    """The reason bitmask as words; bits NVML does not define show as ``unknown 0x…``."""
-    words = [word for bit, word in THROTTLE_BITS if mask & bit]
-    known = 0
-    for bit, _ in THROTTLE_BITS:
-        known |= bit
-    if rest := mask & ~known:
-        words.append(f"unknown {rest:#x}")
-    return tuple(words)
-
-
-@dataclass(frozen=True)
-class GpuReading:
-    """One GPU in one exporter scrape. ``None``: the exporter does not export that field."""
-
-    host: str | None
-    """The exporter's ``Hostname`` label."""
-    index: int | None
-    """The ``gpu`` label (the node-local index)."""
-    uuid: str | None
-    name: str | None
-    """``modelName``, e.g. "NVIDIA H200"."""
-    memory_used_mib: float | None = None
-    memory_free_mib: float | None = None
-    memory_total_mib: float | None = None
-    """``FB_TOTAL`` when exported, else used + free + reserved when all three are; never
-    used + free alone (that leaves out the driver's reservation)."""
-    util_percent: float | None = None
-    temperature_c: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    sm_clock_mhz: float | None = None
-    throttle_reasons: int | None = None
-    """The clock-event reasons bitmask as exported."""
-    throttle: tuple[str, ...] | None = None
-    """The bitmask in words (``THROTTLE_BITS``); empty: no reason active."""
-    last_xid: int | None = None
-    """The last Xid the exporter saw (0: none since it started). Sticky, not a count."""
-    xid_message: str | None = None
-    """The exporter's own words for the last Xid (``err_msg`` label, newer exporters)."""
-    ecc_dbe_volatile: int | None = None
-    """Uncorrectable (double-bit) ECC errors since the driver loaded."""
-    ecc_dbe_aggregate: int | None = None
-    """Uncorrectable ECC errors over the board's life."""
-    row_remap_failure: bool | None = None
-    row_remap_pending: bool | None = None
-    remapped_rows_uncorrectable: int | None = None
-    pcie_replays: int | None = None
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Literal, NoReturn
 
-from probes.dcgm import GpuReading, parse_dcgm_page
+from probes.dcgm import parse_dcgm_page
 from probes.engine_metrics import EngineSample, parse_page
+from probes.gpu_reading import GpuReading
 from probes.handoff import ParseUnavailable
 
 BENCH_ENV = "SOAKTOP_BENCH_METRICS"

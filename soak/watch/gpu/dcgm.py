@@ -5,9 +5,9 @@ scrape is cut after ``soak.watch.periodic.poll_timeout`` (shorter than the inter
 exporter costs one missed sample a round and never piles scrapes up. Each round counts
 toward every exporter's coverage of the load (``soak.judge.coverage``). Each
 sample is one ``telemetry.jsonl`` line; the latest readings go into snapshots
-(:meth:`GpuWatch.view`); the extremes over the whole run, the faults and the throttle
-reasons seen go into the record (:meth:`GpuWatch.summary`); the faults also reach the
-verdict (:meth:`GpuWatch.fault_reasons`).
+(:meth:`DcgmWatch.view`); the extremes over the whole run, the faults and the throttle
+reasons seen go into the record (:meth:`DcgmWatch.summary`); the faults also reach the
+verdict (:meth:`DcgmWatch.fault_reasons`).
 
 Faults, as events (kind ``fault``) the minute a scrape shows them:
 
@@ -60,7 +60,7 @@ _Key = tuple[int, str | None, int | None, str | None]
 """(url_index, host, gpu index, UUID) as exported (unscrubbed; never written)."""
 
 
-class GpuWatch:
+class DcgmWatch:
     """Periodic scrapes of DCGM exporters, faults as events, extremes for the record."""
 
     def __init__(
@@ -156,7 +156,7 @@ class GpuWatch:
         the background, so it is ready long before the load."""
         if self.parser is not None:
             self.parser.prestart()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="gpu-watch")
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="dcgm-watch")
 
     async def stop(self) -> None:
         """Stop scraping and close the HTTP client."""

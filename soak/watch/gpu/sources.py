@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from soak.watch.gpu.dcgm import GpuWatch
+from soak.watch.gpu.dcgm import DcgmWatch
 from soak.watch.gpu.nvml import NvmlWatch
 
-GpuSource = GpuWatch | NvmlWatch
+GpuSource = DcgmWatch | NvmlWatch
 
 
 def _is_gpu(entry: dict[str, object]) -> bool:
