@@ -11,7 +11,8 @@ Several engines behind one endpoint (vLLM data parallel: the ``engine`` label; S
 
 Server-side latency histograms (TTFT, E2E, queue time) are kept as cumulative buckets;
 ``server_latency`` turns two samples into the window's delta histogram and estimates its
-percentiles by interpolating inside buckets, as Prometheus' ``histogram_quantile`` does.
+percentiles by interpolating inside buckets, as Prometheus' ``histogram_quantile`` does
+(the bucket maths: :mod:`probes.server_histogram`).
 Those are estimates, labelled so, and never the client's exact percentiles.
 
 Names come from ``shared/docs/ENGINE_FACTS.md`` unless a comment says otherwise.
@@ -30,6 +31,13 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from probes.neterrors import client_side
+from probes.server_histogram import (
+    HISTOGRAM_METHOD,
+    Histogram,
+    finite_bounds,
+    histogram_delta,
+    histogram_quantile,
+)
 
 Combine = Literal["sum", "max", "mean"]
 """How the label sets (engines, ranks) of one key add up: counters and queue lengths sum,
@@ -205,19 +213,7 @@ VLLM_NAMES = VLLM.values
 VLLM_HISTOGRAMS = VLLM.histograms
 """vLLM's histogram names (kept for older imports)."""
 
-HISTOGRAM_METHOD = "server histogram estimate (bucket interpolation)"
-
 _Series = list[tuple[dict[str, str], float]]
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """A cumulative histogram as exposed, summed over the label sets of one endpoint."""
-
-    buckets: dict[str, float]
-    """Upper bound as exposed (``le``: "0.25", "+Inf") → observations at or below it."""
-    sum: float
-    count: float
 
 
 @dataclass(frozen=True)
@@ -352,56 +348,6 @@ def _histograms(table: EngineTable, samples: dict[str, _Series]) -> dict[str, Hi
     return out
 
 
-def _bounds(h: Histogram) -> list[tuple[float, float]]:
-    """(upper bound, cumulative count), ascending; equal bounds spelled apart are merged."""
-    merged: dict[float, float] = {}
-    for le, c in h.buckets.items():
-        b = float(le)
-        merged[b] = merged.get(b, 0.0) + c
-    return sorted(merged.items())
-
-
-def histogram_delta(before: Histogram | None, after: Histogram) -> tuple[Histogram, bool]:
-    """What ``after`` observed since ``before``: (delta, reset). A count or bucket that went
-    down means the server restarted (counter reset): then ``after`` alone is the delta."""
-    if before is None:
-        return after, False
-    b = dict(_bounds(before))
-    a = _bounds(after)
-    if after.count < before.count or any(c < b.get(le, 0.0) for le, c in a):
-        return after, True
-    return (
-        Histogram(
-            buckets={str(le) if le != math.inf else "+Inf": c - b.get(le, 0.0) for le, c in a},
-            sum=after.sum - before.sum,
-            count=after.count - before.count,
-        ),
-        False,
-    )
-
-
-def histogram_quantile(q: float, h: Histogram) -> tuple[float, bool] | None:
-    """The ``q``-quantile (0 ≤ q ≤ 1) by linear interpolation inside its bucket, as
-    Prometheus' ``histogram_quantile``: (value, capped). ``capped``: it fell in the +Inf
-    bucket, and the value is the highest finite bound (a lower bound of the truth). None
-    without observations or without a +Inf bucket."""
-    bounds = _bounds(h)
-    if not bounds or bounds[-1][0] != math.inf or bounds[-1][1] <= 0:
-        return None
-    rank = q * bounds[-1][1]
-    i = next(i for i, (_, c) in enumerate(bounds) if c >= rank)
-    if i == len(bounds) - 1:  # the +Inf bucket
-        return (bounds[-2][0] if len(bounds) > 1 else math.nan), True
-    end, cum = bounds[i]
-    if i == 0 and end <= 0:
-        return end, False
-    start, below = bounds[i - 1] if i > 0 else (0.0, 0.0)
-    in_bucket = cum - below
-    if in_bucket <= 0:  # q == 0 at an empty leading bucket
-        return start, False
-    return start + (end - start) * (rank - below) / in_bucket, False
-
-
 def server_latency(
     before: EngineSample | None, after: EngineSample, key: str
 ) -> dict[str, object] | None:
@@ -431,7 +377,7 @@ def server_latency(
             if over:
                 capped.append(name)
     if capped:
-        top = [le for le, _ in _bounds(delta) if le != math.inf]
+        top = finite_bounds(delta)
         bound = f"{top[-1]:g} s" if top else "no finite bound"
         notes.append(
             f"{', '.join(capped)} above the highest finite bucket ({bound}): reported as "

@@ -18,7 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from probes.probe import Exchange, Outcome, ProbeResult, ProbeSender, accounting
+from probes.probe import ProbeSender, accounting
+from probes.probe_record import Exchange, Outcome, ProbeResult
 from probes.suite import Suite, Task
 
 PHASE_WORDS = {"before": "before-load", "canary": "canary (during load)", "after": "after-load"}
