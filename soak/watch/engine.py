@@ -21,8 +21,9 @@ into the record beside the client's own concurrency (two different numbers).
 The load's window (barrier release → end of drain) is bounded by two samples per
 endpoint: the last good one before ``tracking`` went on (the runner scrapes right at the
 barrier release) and the last good one of the load, replaced by the settled counters once
-the drain ended. Their deltas give the record the load's preemptions and the server's own
-TTFT, E2E and queue-time estimates — the same window as ``soak.judge.reconcile``.
+the drain ended. Their deltas give the record the load's preemptions, prefix-cache and
+spec-decode figures (:mod:`soak.watch.engine_figures`) and the server's own TTFT, E2E and
+queue-time estimates — the same window as ``soak.judge.reconcile``.
 
 The runner calls :meth:`EngineWatch.close_window` right after its end-of-drain
 ``settled_counters()``; from then on nothing moves the window (the after-gate phase's own
@@ -41,10 +42,10 @@ import httpx
 
 from probes.engine_metrics import EngineSample, fetch, scrape, server_latency
 from soak.judge.coverage import Coverage, LoadWindow
+from soak.judge.faults import restart_reasons as restart_reasons
 from soak.record.events import EventLog
-from soak.record.faults import when
 from soak.record.journal import JsonlWriter
-from soak.record.models import Reason
+from soak.watch.engine_figures import counter_delta, prefix_cache, spec_decode
 from soak.watch.parse_worker import ParseWorker, bench_mode
 from soak.watch.periodic import every, poll_timeout
 
@@ -407,9 +408,9 @@ class EngineWatch:
                 "scrape_errors": self.errors[i],
                 "restarts": list(self.restarts[i]),
                 "window_s": [first.t, last.t] if first is not None and last is not None else None,
-                "preemptions": _counter_delta(first, last, "preemptions_total"),
-                "prefix_cache": _prefix_cache(first, last),
-                "spec_decode": _spec_decode(first, last),
+                "preemptions": counter_delta(first, last, "preemptions_total"),
+                "prefix_cache": prefix_cache(first, last),
+                "spec_decode": spec_decode(first, last),
             }
             if self.engine_peaks[i]:
                 item["per_engine"] = [
@@ -436,70 +437,3 @@ def _raise_peaks(peaks: dict[str, float], values: dict[str, float | None]) -> No
         v = values.get(key)
         if v is not None and v > peaks.get(key, float("-inf")):
             peaks[key] = v
-
-
-def _prefix_cache(first: EngineSample | None, last: EngineSample | None) -> dict[str, Any] | None:
-    """Prefix-cache hits over queries in the window (vLLM counts tokens), or the engine's
-    own hit-rate gauge at the end (SGLang). None when the engine exports neither."""
-    hits = _counter_delta(first, last, "prefix_cache_hits_total")
-    queries = _counter_delta(first, last, "prefix_cache_queries_total")
-    if hits is not None and queries is not None:
-        rate = hits / queries if queries else None
-        return {"hits": hits, "queries": queries, "hit_rate": rate, "method": "counter delta"}
-    gauge = last.values.get("prefix_cache_hit_rate") if last is not None else None
-    if gauge is not None:
-        return {"hit_rate": gauge, "method": "engine gauge at the end of the load"}
-    return None
-
-
-def _spec_decode(first: EngineSample | None, last: EngineSample | None) -> dict[str, Any] | None:
-    """Speculative decoding in the window: acceptance rate = accepted / draft tokens, mean
-    acceptance length = 1 + accepted / drafts (vLLM); or the engine's own acceptance gauge
-    (SGLang). None without speculative decoding."""
-    drafts = _counter_delta(first, last, "spec_decode_drafts_total")
-    draft_tokens = _counter_delta(first, last, "spec_decode_draft_tokens_total")
-    accepted = _counter_delta(first, last, "spec_decode_accepted_tokens_total")
-    if drafts is not None and draft_tokens is not None and accepted is not None:
-        return {
-            "drafts": drafts,
-            "draft_tokens": draft_tokens,
-            "accepted_tokens": accepted,
-            "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-            "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
-            "method": "counter delta",
-        }
-    gauge = last.values.get("spec_accept_rate") if last is not None else None
-    if gauge is not None:
-        return {"acceptance_rate": gauge, "method": "engine gauge at the end of the load"}
-    return None
-
-
-def restart_reasons(telemetry: dict[str, Any], load_start_s: float | None = None) -> list[Reason]:
-    """A server that restarted during the run FAILS it: its counters began again, and
-    everything in flight at the time was lost. Derived from ``telemetry.engines``."""
-    out: list[Reason] = []
-    for eng in telemetry.get("engines") or []:
-        restarts = eng.get("restarts") or []
-        if restarts:
-            # Restarts inside one second read the same: say each time once.
-            times = ", ".join(dict.fromkeys(when(r["t"], load_start_s) for r in restarts))
-            n = f" {len(restarts)} times" if len(restarts) > 1 else ""
-            out.append(
-                Reason(
-                    code="server_restart",
-                    effect="failed",
-                    message=f"endpoint {eng['endpoint']} restarted{n} during the run (its "
-                    f"counters went down {times})",
-                )
-            )
-    return out
-
-
-def _counter_delta(first: EngineSample | None, last: EngineSample | None, key: str) -> float | None:
-    """Growth of a counter over the window; after a reset (a restart), the count since it."""
-    if first is None or last is None:
-        return None
-    b, a = first.values.get(key), last.values.get(key)
-    if b is None or a is None:
-        return None
-    return a if a < b else a - b

@@ -1,14 +1,15 @@
 """Watches the local GPUs through NVML during the run: memory, heat, power, faults.
 
-The local twin of :class:`soak.watch.gpu.dcgm.GpuWatch` (DCGM exporters): the same snapshot
+The local twin of :class:`soak.watch.gpu.dcgm.DcgmWatch` (DCGM exporters): the same snapshot
 entries (:meth:`NvmlWatch.view`), record entries (:meth:`NvmlWatch.summary`), identity
 entries and verdict reasons (:meth:`NvmlWatch.fault_reasons`), so the runner can hold
 either. The per-GPU bookkeeping both need — extremes, throttle words seen, Xid and memory
 faults as events and reasons, the entries — is :class:`soak.watch.gpu.ledger.GpuLedger`.
 
-Every NVML call is blocking and runs in a daemon thread of its own, never on the event
-loop: a driver that hangs (it does, after Xid 79) stalls this watch — reported as a
-warning, with the GPUs' values withdrawn — but neither the loop nor the runner's exit.
+Every NVML call is blocking and runs in a daemon thread of its own
+(:mod:`soak.watch.gpu.threads`), never on the event loop: a driver that hangs (it does,
+after Xid 79) stalls this watch — reported as a warning, with the GPUs' values withdrawn —
+but neither the loop nor the runner's exit.
 One read at a time: the next read starts one interval after the last one began, or when it
 returns if it took longer (no pile-up). Each read counts toward the load's coverage
 (``soak.judge.coverage``, key ``local GPUs``; a stalled read counts as answered only once, so
@@ -17,15 +18,16 @@ the intervals it hung through show as missing); NVML unavailable is absent, not 
 - **No NVML** (no driver, init failure, no GPU): one ``warning`` event "GPU telemetry: NVML
   unavailable: …", then nothing; ``view()`` and ``summary()`` say ``unavailable`` with the
   reason. No number is ever made up.
-- **Xid.** NVML delivers Xids as events (:class:`probes.nvml.XidEventWatcher`, its own
-  thread); each one is a critical ``fault`` event and fails the run. Events that happened
-  before registration are never delivered (NVML's rule), so there is no "already set".
+- **Xid.** NVML delivers Xids as events (:class:`probes.nvml_events.XidEventWatcher`, its
+  own thread; turned into faults by :mod:`soak.watch.gpu.nvml_faults`); each one is a
+  critical ``fault`` event and fails the run. Events that happened before registration
+  are never delivered (NVML's rule), so there is no "already set".
   A double-bit ECC event is a fault only on a GPU whose ECC counter cannot be read (else
   the counter's growth reports it, with the count, on the next read).
-- **Lost GPU** (``GpuIsLost``/``ResetRequired``): one critical fault; a GPU already lost at
-  the first read is a note.
+- **Lost GPU** (``GpuIsLost``/``ResetRequired``): one critical fault
+  (:mod:`soak.watch.gpu.nvml_faults`); a GPU already lost at the first read is a note.
 - **Memory.** Growth of the volatile uncorrected ECC count, of rows remapped after
-  uncorrectable errors, and row remapping turning failed: as in ``GpuWatch``.
+  uncorrectable errors, and row remapping turning failed: as in ``DcgmWatch``.
 
 A field NVML does not support is None (and listed in the summary's ``not_supported``);
 a field NVML fails to read otherwise is None and one ``warning`` per GPU and field.
@@ -36,85 +38,24 @@ GPU UUIDs, PCI ids and process names pass through ``scrub`` before anything is w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import asdict
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from probes.nvml import (
-    EVENT_DOUBLE_BIT_ECC,
-    EVENT_SINGLE_BIT_ECC,
-    EVENT_XID,
-    NvmlEvent,
-    NvmlReader,
-    NvmlReading,
-    NvmlUnavailable,
-    XidEventWatcher,
-)
+from probes.nvml import NvmlReader, NvmlReading, NvmlUnavailable
+from probes.nvml_events import XidEventWatcher
 from soak.judge.coverage import Coverage, LoadWindow
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter
 from soak.record.models import Reason
-from soak.watch.gpu.ledger import GpuLedger, GpuState
+from soak.watch.gpu.ledger import GpuLedger
+from soak.watch.gpu.nvml_faults import NvmlFaults
+from soak.watch.gpu.threads import Calls, in_daemon_thread, reap
 from soak.watch.periodic import every
 
-_T = TypeVar("_T")
 COVERAGE_KEY = "local GPUs"
-
-
-# --- blocking calls off the loop --------------------------------------------------------
-
-
-_Calls = list[tuple["asyncio.Future[Any]", threading.Thread]]
-
-
-def _in_daemon_thread(fn: Callable[[], _T], name: str, calls: _Calls) -> asyncio.Future[_T]:
-    """Run ``fn`` in a new daemon thread; the future resolves on the running loop.
-
-    Not ``asyncio.to_thread``: a call into a hung driver would hold an executor thread that
-    the interpreter joins at exit, so the runner could never exit after the fault it exists
-    to report. One thread per call costs ~0.1 ms, once a second."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[_T] = loop.create_future()
-
-    def settle(value: Any, error: BaseException | None) -> None:
-        if fut.done():
-            return  # cancelled: nobody is waiting
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(value)
-
-    def work() -> None:
-        value: Any = None
-        error: BaseException | None = None
-        try:
-            value = fn()
-        except BaseException as e:
-            error = e
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
-            loop.call_soon_threadsafe(settle, value, error)
-
-    # A result nobody awaits any more (a stop, an abandoned open) must not be logged as
-    # "exception never retrieved"; those who await it still get the exception.
-    fut.add_done_callback(lambda f: f.cancelled() or f.exception())
-    thread = threading.Thread(target=work, name=name, daemon=True)
-    thread.start()
-    calls[:] = [(f, t) for f, t in calls if t.is_alive()]
-    calls.append((fut, thread))
-    return fut
-
-
-def _reap(calls: _Calls) -> None:
-    """Join the call threads that have handed their result back: they are past their last
-    statement, so this takes microseconds. One still inside NVML (hung) is left to end with
-    the process (it is a daemon)."""
-    for fut, thread in calls:
-        if fut.done() and not fut.cancelled():
-            thread.join(0.5)
-    calls[:] = [(f, t) for f, t in calls if t.is_alive()]
 
 
 # --- the watch --------------------------------------------------------------------------
@@ -124,7 +65,7 @@ _Status = Literal["not started", "starting", "ok", "unavailable", "stopped"]
 
 class NvmlWatch:
     """Periodic NVML reads of the local GPUs and their Xid events; faults as events,
-    extremes for the record. Same outputs as :class:`soak.watch.gpu.dcgm.GpuWatch`."""
+    extremes for the record. Same outputs as :class:`soak.watch.gpu.dcgm.DcgmWatch`."""
 
     def __init__(
         self,
@@ -162,9 +103,7 @@ class NvmlWatch:
         self._reader = reader if reader is not None else NvmlReader()
         self._ledger = GpuLedger("nvml", events, scrub, frozenset(ignore_xid), when)
         self._xids: XidEventWatcher | None = None
-        self._xid_noted = False
-        self._xid_dropped_noted = 0
-        self._wait_error_noted = False
+        self._faults = NvmlFaults(self._ledger, events, origin_ns)
         self._task: asyncio.Task[None] | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._read_fut: asyncio.Future[list[NvmlReading]] | None = None
@@ -180,7 +119,7 @@ class NvmlWatch:
         self._warned_fields: set[tuple[int | None, str]] = set()
         self._latest: dict[Hashable, NvmlReading] = {}
         self._not_supported: dict[Hashable, tuple[str, ...]] = {}
-        self._threads: _Calls = []
+        self._threads: Calls = []
         """The NVML call threads started, with their futures (pruned as they end)."""
 
     def now_s(self) -> float:
@@ -217,7 +156,7 @@ class NvmlWatch:
             if abandoned:  # the loop gave up waiting (or the watch stopped)
                 self._reader.close()
 
-        fut = _in_daemon_thread(open_in_thread, "nvml-open", self._threads)
+        fut = in_daemon_thread(open_in_thread, "nvml-open", self._threads)
         try:
             try:
                 await asyncio.wait_for(asyncio.shield(fut), self.open_timeout_s)
@@ -308,7 +247,7 @@ class NvmlWatch:
         if self.status == "ok":
             self.drain_events()  # what arrived since the last tick
         if self._xids is not None:
-            await _in_daemon_thread(self._xids.stop, "nvml-xid-stop", self._threads)
+            await in_daemon_thread(self._xids.stop, "nvml-xid-stop", self._threads)
             self.drain_events()
         if opened and self._reader.is_open:
             read = self._read_fut
@@ -317,11 +256,11 @@ class NvmlWatch:
             if read is None or read.done():
                 if read is not None and not read.cancelled():
                     read.exception()  # retrieved: a late failure is not "never retrieved"
-                close = _in_daemon_thread(self._reader.close, "nvml-close", self._threads)
+                close = in_daemon_thread(self._reader.close, "nvml-close", self._threads)
                 await asyncio.wait({close}, timeout=2.0)
         if self.status in ("ok", "starting"):
             self.status = "stopped"
-        _reap(self._threads)
+        reap(self._threads)
 
     # -- one read ------------------------------------------------------------------------
     async def sample(self) -> list[NvmlReading] | None:
@@ -330,7 +269,7 @@ class NvmlWatch:
         if self.status != "ok":
             return None
         t = self.now_s()
-        fut = self._read_fut = _in_daemon_thread(self._reader.read, "nvml-read", self._threads)
+        fut = self._read_fut = in_daemon_thread(self._reader.read, "nvml-read", self._threads)
         try:
             readings = await self._await_read(fut, t)
         except Exception as e:
@@ -406,7 +345,7 @@ class NvmlWatch:
             if not r.lost:
                 self._not_supported[r.index] = r.not_supported
             if r.lost:
-                self._lost(g, r, t)
+                self._faults.lost(g, r, t)
                 continue
             self._ledger.reading(g, r, t)
             for name, err in r.field_errors.items():
@@ -422,121 +361,10 @@ class NvmlWatch:
                         error=err,
                     )
 
-    def _lost(self, g: GpuState, r: NvmlReading, t: float) -> None:
-        if g.status == "lost":
-            return
-        g.status = "lost"
-        why = r.lost_reason or "GPU is lost"
-        msg = (
-            f"{self._ledger.label(g)}: lost — NVML says {why!r} "
-            "(fallen off the bus or needs a reset)"
-        )
-        if g.samples == 0 and g.at_start:
-            self._ledger.fault(
-                g,
-                f"{msg} (already at start)",
-                "warning",
-                reason=f"{msg}, already at start (not counted as a run fault)",
-                effect="note",
-                lost=True,
-                kind="gpu_lost",
-                t_s=t,
-                already_set=True,
-            )
-        else:
-            self._ledger.fault(
-                g,
-                msg,
-                "critical",
-                reason=f"{msg}, {self._ledger.when_run(t)}",
-                effect="failed",
-                lost=True,
-                kind="gpu_lost",
-                t_s=t,
-            )
-
     # -- Xid events ----------------------------------------------------------------------
     def drain_events(self) -> int:
         """Turn the Xid watcher's queued events into faults now; how many there were."""
-        w = self._xids
-        if w is None:
-            return 0
-        if not self._xid_noted and w.ready.is_set():
-            self._xid_noted = True
-            self._note_xid_support(w)
-        events = w.drain()
-        for ev in events:
-            self._event(ev)
-        if w.wait_errors and not self._wait_error_noted:
-            self._wait_error_noted = True
-            self._events.emit(
-                "warning",
-                f"GPU telemetry: NVML Xid event wait failing ({w.error}); "
-                "Xids may be missed (the server log still shows them)",
-                "warning",
-                source="nvml",
-            )
-        if w.dropped > self._xid_dropped_noted:
-            self._events.emit(
-                "warning",
-                f"GPU telemetry: {w.dropped - self._xid_dropped_noted} NVML event(s) dropped "
-                "(queue full)",
-                "warning",
-                source="nvml",
-            )
-            self._xid_dropped_noted = w.dropped
-        return len(events)
-
-    def _note_xid_support(self, w: XidEventWatcher) -> None:
-        if w.error is not None and not w.registered:
-            self._events.emit(
-                "warning",
-                f"GPU telemetry: NVML Xid events unavailable ({w.error}); "
-                "Xids only from the server log",
-                "warning",
-                source="nvml",
-            )
-            return
-        for index in w.not_supported:
-            g = self._ledger.gpus.get(index)
-            who = self._ledger.label(g) if g is not None else f"GPU {index}"
-            self._events.emit(
-                "warning",
-                f"GPU telemetry: {who} does not deliver Xid events through NVML; "
-                "its Xids only from the server log",
-                "warning",
-                source="nvml",
-                gpu=index,
-            )
-
-    def _event(self, ev: NvmlEvent) -> None:
-        t = (ev.perf_ns - self._origin_ns) / 1e9
-        g = self._ledger.gpus.get(ev.gpu)
-        if g is None:
-            r = NvmlReading(host=None, index=ev.gpu, uuid=None, name=None)
-            g = self._ledger.add(ev.gpu, r, at_start=False, where="NVML", tag={"source": "nvml"})
-        if ev.event_type == EVENT_XID:
-            self._ledger.xid_event(g, ev.data, t)
-        elif ev.event_type == EVENT_DOUBLE_BIT_ECC:
-            if g.ecc_last is None:  # else the counter reports it on the next read
-                msg = f"{self._ledger.label(g)}: double-bit (uncorrectable) ECC error"
-                self._ledger.fault(
-                    g,
-                    msg,
-                    "critical",
-                    reason=f"{msg}, {self._ledger.when_run(t)} (NVML event)",
-                    effect="failed",
-                    kind="ecc_uncorrectable",
-                    t_s=t,
-                )
-        elif ev.event_type == EVENT_SINGLE_BIT_ECC:
-            self._events.emit(
-                "warning",
-                f"{self._ledger.label(g)}: single-bit (corrected) ECC error",
-                "warning",
-                **self._ledger.data(g),
-                t_s=t,
-            )
+        return self._faults.drain(self._xids) if self._xids is not None else 0
 
     # -- outputs -------------------------------------------------------------------------
     def coverage(self, now_s: float, min_expected: int = 1) -> dict[str, dict[str, Any]]:
@@ -552,7 +380,7 @@ class NvmlWatch:
 
     def view(self) -> list[dict[str, object]]:
         """Latest values per GPU for the snapshot's ``telemetry["gpus"]`` (the entries of
-        ``GpuWatch.view`` plus ``source``, ``memory_reserved_mib`` and ``processes``).
+        ``DcgmWatch.view`` plus ``source``, ``memory_reserved_mib`` and ``processes``).
         ``status``: ``ok``; ``lost``; ``read failed`` / ``read stalled`` (with ``error``; no
         values, nothing stale); ``no data yet``. The whole source ``unavailable`` (with
         ``reason``) or not started yet is one entry with ``no data yet``."""
@@ -583,7 +411,7 @@ class NvmlWatch:
 
     def summary(self) -> list[dict[str, object]]:
         """Per GPU over the whole watch, for the record's ``telemetry["gpus"]``: the
-        entries of ``GpuWatch.summary`` (``scrape_errors`` counts failed NVML reads) plus
+        entries of ``DcgmWatch.summary`` (``scrape_errors`` counts failed NVML reads) plus
         ``status`` (ok / lost), ``pci_bus_id`` and ``not_supported``. NVML unavailable:
         one entry ``{"source": "nvml", "status": "unavailable", "reason": …}``; never
         opened: ``{"source": "nvml", "status": "no data"}``."""
