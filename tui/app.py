@@ -7,7 +7,6 @@ ends with an ``Outcome`` that the frontend turns into an exit code and a message
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -19,7 +18,6 @@ from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from soak.record.models import EXIT_STORAGE
 from soak.run.control import send_control
 from soak.safe_text import safe_line, safe_text
 from themes import SOAKTOP_THEMES, STYLESHEET
@@ -28,19 +26,12 @@ from tui.ascii_scrollbar import use_ascii_scrollbars
 from tui.commands import soaktop_commands
 from tui.fmt import dig, num, text
 from tui.glyphs import glyphs_for
+from tui.live_poll import LivePoll
 from tui.messages import EventsArrived, MetaFound, RunEnded, RunnerDied, SnapshotTick
-from tui.outcome import Outcome, how_it_ended
+from tui.outcome import Outcome, runner_died_notice
 from tui.panes import EventsPane
 from tui.panes.events import EventList
-from tui.reader import (
-    EventEntry,
-    FollowUpdate,
-    HistoryPoint,
-    Replay,
-    RunFollower,
-    RunMeta,
-    load_replay,
-)
+from tui.reader import EventEntry, HistoryPoint, Replay, RunMeta, load_replay
 from tui.replay_cursor import ReplayCursor
 from tui.runner_link import GONE, RunnerLink
 from tui.runview import Cursor, Mode, RunView
@@ -57,12 +48,6 @@ from tui.signals import SignalRelay
 
 EVENTS_KEPT = 5000
 """Events held for the event pane while following (bounded for multi-hour runs)."""
-
-ASCII_KEY_NAMES = {"←": "left", "→": "right", "↑": "up", "↓": "down", "⏎": "enter"}
-"""Textual shows some keys as arrows; ``--ascii`` terminals get their names."""
-
-LIVE_ONLY = frozenset({"detach", "stop", "abort", "pause", "mark"})
-VIEW_ONLY = frozenset({"step", "jump_event", "cursor_edge"})
 
 
 class SoakTopApp(App[Outcome]):
@@ -101,7 +86,7 @@ class SoakTopApp(App[Outcome]):
             self.register_theme(theme)
         self.theme_cycle = [*SOAKTOP_THEMES, *(t.name for t in self.settings.user_themes)]
 
-        self._follower = RunFollower(run_dir) if mode == "live" else None
+        self._live = LivePoll(run_dir, runner, self.post_message) if mode == "live" else None
         if mode == "view":
             replay = replay if replay is not None else load_replay(run_dir)
         self._replay = ReplayCursor(replay) if replay is not None else None
@@ -118,8 +103,6 @@ class SoakTopApp(App[Outcome]):
         self._exit_on_record = False
         self._runner_gone = False
         self._runner_rc: int | None = None
-        self._reading_done = False
-        self._poll_lock = asyncio.Lock()
         self._restore_scrollbars: Callable[[], None] | None = None
         self._signals = SignalRelay()
         self._monitor = MonitorScreen()
@@ -171,8 +154,9 @@ class SoakTopApp(App[Outcome]):
             self._show_cursor()
         else:
             self._update_view()
-            if self.auto_poll:
-                self.run_worker(self._poll_loop(), name="reader", group="reader", exclusive=True)
+            if self.auto_poll and self._live is not None:
+                reading = self._live.loop(self.settings.refresh_s)
+                self.run_worker(reading, name="reader", group="reader", exclusive=True)
 
     def on_unmount(self) -> None:
         if self._restore_scrollbars is not None:
@@ -181,40 +165,10 @@ class SoakTopApp(App[Outcome]):
 
     # --- reading (live) ---------------------------------------------------------------
 
-    async def _poll_loop(self) -> None:
-        # Re-armed after each read, so a slow disk never piles up reads.
-        while not self._reading_done:
-            await self.poll_now()
-            await asyncio.sleep(self.settings.refresh_s)
-
     async def poll_now(self) -> None:
         """Read the run directory once and post what is new (tests call this directly)."""
-        if self._follower is None:
-            return
-        async with self._poll_lock:
-            if self._reading_done:
-                return
-            # The runner first, then the files: a runner that exited has already written
-            # its record, if it wrote one.
-            rc = self.runner.poll() if self.runner is not None else None
-            update, history = await asyncio.to_thread(self._read_follower)
-            if update.record is not None or rc is not None:
-                self._reading_done = True
-        if update.meta is not None:
-            self.post_message(MetaFound(update.meta))
-        if update.events:
-            self.post_message(EventsArrived(update.events))
-        if update.snapshot is not None:
-            self.post_message(SnapshotTick(update.snapshot, history))
-        if update.record is not None:
-            self.post_message(RunEnded(update.record))
-        elif rc is not None:
-            self.post_message(RunnerDied(rc))
-
-    def _read_follower(self) -> tuple[FollowUpdate, tuple[HistoryPoint, ...]]:
-        assert self._follower is not None
-        update = self._follower.poll()
-        return update, self._follower.history
+        if self._live is not None:
+            await self._live.poll()
 
     def on_snapshot_tick(self, message: SnapshotTick) -> None:
         self._snapshot = message.snapshot
@@ -242,20 +196,7 @@ class SoakTopApp(App[Outcome]):
         self._runner_gone = True
         self._runner_rc = None if message.returncode == GONE else message.returncode
         log = self.run_dir / "runner.log"
-        if message.returncode == EXIT_STORAGE:
-            self._set_notice(
-                f"the runner could not write its run directory (disk full, quota or I/O "
-                f"error; its log may say which) and no record fitted; free some space, "
-                f"then: soaktop recover {self.run_dir}",
-                "error",
-            )
-        else:
-            self._set_notice(
-                f"the runner ended ({how_it_ended(message.returncode)}) without writing a "
-                f"record; its log: {log} "
-                f"(finish the record with: soaktop recover {self.run_dir})",
-                "error",
-            )
+        self._set_notice(runner_died_notice(message.returncode, self.run_dir), "error")
         self.notify(
             f"runner ended without a record; see {log}", severity="error", timeout=30, markup=False
         )
@@ -336,13 +277,13 @@ class SoakTopApp(App[Outcome]):
     # --- bindings -----------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in LIVE_ONLY:
+        if action in keys.LIVE_ONLY:
             if self.mode != "live":
                 return False
             if action == "detach" and not self.detach_allowed:
                 return False
             return not self.run_over  # nothing left to control once the run is over
-        if action in VIEW_ONLY:
+        if action in keys.VIEW_ONLY:
             # Not under a dialog: the arrows are priority bindings (see tui.keys).
             return self.mode == "view" and self.screen is self._monitor
         return True
@@ -451,10 +392,7 @@ class SoakTopApp(App[Outcome]):
     def get_key_display(self, binding: Binding) -> str:
         """Key names for the footer and help; plain ASCII names in ``--ascii`` mode."""
         shown = super().get_key_display(binding)
-        if self.settings.ascii:
-            for glyph, word in ASCII_KEY_NAMES.items():
-                shown = shown.replace(glyph, word)
-        return shown
+        return keys.ascii_key_names(shown) if self.settings.ascii else shown
 
     def action_help(self) -> None:
         """?: every key, as currently mapped."""

@@ -2,19 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from textual.app import SystemCommand
 
 from tui.keys import PANE_NAMES
-
-if TYPE_CHECKING:
-    from tui.app import SoakTopApp
+from tui.runview import Mode
 
 
-def soaktop_commands(app: SoakTopApp) -> Iterable[SystemCommand]:
+class PaletteHost(Protocol):
+    """What the palette needs of the app (``tui.app.SoakTopApp``): its state and actions.
+
+    A protocol, so that this module needs nothing of the app's module (the app imports
+    this one)."""
+
+    @property
+    def mode(self) -> Mode: ...
+    @property
+    def theme_cycle(self) -> Sequence[str]: ...
+    @property
+    def detach_allowed(self) -> bool: ...
+    @property
+    def run_over(self) -> bool: ...
+
+    def action_pane(self, number: int) -> None: ...
+    def set_theme(self, name: str) -> None: ...
+    def action_stop(self) -> None: ...
+    def action_abort(self) -> None: ...
+    def action_pause(self) -> None: ...
+    def action_mark(self) -> None: ...
+    def action_detach(self) -> None: ...
+    def action_cursor_edge(self, end: int) -> None: ...
+    def action_jump_event(self, direction: int) -> None: ...
+
+
+def soaktop_commands(app: PaletteHost) -> Iterable[SystemCommand]:
     """Panes, themes, run controls (live) and replay moves (view)."""
     for n, name in enumerate(PANE_NAMES, 1):
         yield SystemCommand(

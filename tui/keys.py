@@ -40,6 +40,14 @@ BINDINGS: list[Binding] = [
 
 BINDING_IDS = frozenset(b.id for b in BINDINGS if b.id)
 
+LIVE_ONLY = frozenset({"detach", "stop", "abort", "pause", "mark"})
+"""Actions that control a live run (none once it is over, none in a replay)."""
+VIEW_ONLY = frozenset({"step", "jump_event", "cursor_edge"})
+"""Actions that move a replay's cursor."""
+
+ASCII_KEY_NAMES = {"←": "left", "→": "right", "↑": "up", "↓": "down", "⏎": "enter"}
+"""Textual shows some keys as arrows; ``--ascii`` terminals get their names."""
+
 HELP_TEXT = {
     "step-back": "View: one snapshot back",
     "step-forward": "View: one snapshot forward",
@@ -53,6 +61,13 @@ HELP_TEXT = {
     },
 }
 """Longer descriptions for the help screen where the footer's word is too short."""
+
+
+def ascii_key_names(shown: str) -> str:
+    """A key as Textual displays it, its arrows spelled out (``ASCII_KEY_NAMES``)."""
+    for glyph, word in ASCII_KEY_NAMES.items():
+        shown = shown.replace(glyph, word)
+    return shown
 
 
 def load_keymap(path: Path) -> tuple[dict[str, str], list[str]]:
