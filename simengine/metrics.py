@@ -86,106 +86,125 @@ def _le(bound: float) -> str:
     return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
+class _Series:
+    """Declares the engine's series in one registry, each with the ``model_name`` and
+    ``engine`` labels, and hands back the labelled child the scheduler updates."""
+
+    def __init__(self, registry: CollectorRegistry, model: str, engine: str) -> None:
+        self.registry = registry
+        self.names = ["model_name", "engine"]
+        self.values = (model, engine)
+
+    def gauge(self, name: str, doc: str) -> Gauge:
+        return Gauge(name, doc, self.names, registry=self.registry).labels(*self.values)
+
+    def counter(self, name: str, doc: str) -> Counter:
+        return Counter(name, doc, self.names, registry=self.registry).labels(*self.values)
+
+    def hist(self, name: str, doc: str, buckets: tuple[float, ...] | list[float]) -> Histogram:
+        family = Histogram(name, doc, self.names, buckets=buckets, registry=self.registry)
+        return family.labels(*self.values)
+
+
 class EngineMetrics:
-    """The ``/metrics`` registry of one replica (engine index 0)."""
+    """The ``/metrics`` registry of one replica (engine index 0).
+
+    The series are registered in vLLM's order (the exposition lists them so): the batch's
+    gauges and counters (:meth:`_batch_series`), then the per-request histograms
+    (:meth:`_request_series`), then the cache configuration."""
 
     def __init__(
         self, model: str, max_model_len: int, cache_info: dict[str, str], engine: str = "0"
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        reg = self.registry
-        names = ["model_name", "engine"]
-        lv = (model, engine)
+        series = _Series(self.registry, model, engine)
+        self._batch_series(series)
+        self._request_series(series, max_model_len)
+        info = Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            sorted(cache_info),
+            registry=self.registry,
+        )
+        info.labels(**cache_info).set(1)
 
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, names, registry=reg)
-
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, names, registry=reg)
-
-        def hist(name: str, doc: str, buckets: tuple[float, ...] | list[float]) -> Histogram:
-            return Histogram(name, doc, names, buckets=buckets, registry=reg)
-
-        self.running = gauge(
+    def _batch_series(self, d: _Series) -> None:
+        """Occupancy, KV and prefix cache, preemptions, tokens and finished requests."""
+        self.running = d.gauge(
             "vllm:num_requests_running", "Number of requests in model execution batches."
-        ).labels(*lv)
-        self.waiting = gauge(
+        )
+        self.waiting = d.gauge(
             "vllm:num_requests_waiting", "Number of requests waiting to be processed."
-        ).labels(*lv)
-        self.kv_usage = gauge(
+        )
+        self.kv_usage = d.gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
-        ).labels(*lv)
-        self.prefix_queries = counter(
+        )
+        self.prefix_queries = d.counter(
             "vllm:prefix_cache_queries",
             "Prefix cache queries, in terms of number of queried tokens.",
-        ).labels(*lv)
-        self.prefix_hits = counter(
+        )
+        self.prefix_hits = d.counter(
             "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
-        ).labels(*lv)
-        self.preemptions = counter(
+        )
+        self.preemptions = d.counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine."
-        ).labels(*lv)
-        self.prompt_tokens = counter(
-            "vllm:prompt_tokens", "Number of prefill tokens processed."
-        ).labels(*lv)
-        self.generation_tokens = counter(
+        )
+        self.prompt_tokens = d.counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = d.counter(
             "vllm:generation_tokens", "Number of generation tokens processed."
-        ).labels(*lv)
+        )
         success = Counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
-            [*names, "finished_reason"],
-            registry=reg,
+            [*d.names, "finished_reason"],
+            registry=d.registry,
         )
-        self.success = {r: success.labels(model, engine, r) for r in FINISH_REASONS}
+        self.success = {r: success.labels(*d.values, r) for r in FINISH_REASONS}
+
+    def _request_series(self, d: _Series, max_model_len: int) -> None:
+        """Per-request token counts and latencies, and the batched inter-token latency."""
         token_buckets = build_1_2_5_buckets(max_model_len)
-        self.req_prompt_tokens = hist(
+        self.req_prompt_tokens = d.hist(
             "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
-        ).labels(*lv)
-        self.req_gen_tokens = hist(
+        )
+        self.req_gen_tokens = d.hist(
             "vllm:request_generation_tokens",
             "Number of generation tokens processed.",
             token_buckets,
-        ).labels(*lv)
-        self.ttft = hist(
+        )
+        self.ttft = d.hist(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
             TTFT_BUCKETS,
-        ).labels(*lv)
-        self.e2e = hist(
+        )
+        self.e2e = d.hist(
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",
             REQUEST_LATENCY_BUCKETS,
-        ).labels(*lv)
-        self.queue_time = hist(
+        )
+        self.queue_time = d.hist(
             "vllm:request_queue_time_seconds",
             "Histogram of time spent in WAITING phase for request.",
             REQUEST_LATENCY_BUCKETS,
-        ).labels(*lv)
-        self.prefill_time = hist(
+        )
+        self.prefill_time = d.hist(
             "vllm:request_prefill_time_seconds",
             "Histogram of time spent in PREFILL phase for request.",
             REQUEST_LATENCY_BUCKETS,
-        ).labels(*lv)
-        self.decode_time = hist(
+        )
+        self.decode_time = d.hist(
             "vllm:request_decode_time_seconds",
             "Histogram of time spent in DECODE phase for request.",
             REQUEST_LATENCY_BUCKETS,
-        ).labels(*lv)
+        )
+        model, engine = d.values
         self.itl = BatchedHistogram(
             "vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
             ITL_BUCKETS,
             {"model_name": model, "engine": engine},
         )
-        reg.register(self.itl)
-        info = Gauge(
-            "vllm:cache_config_info",
-            "Information of the LLMEngine CacheConfig",
-            sorted(cache_info),
-            registry=reg,
-        )
-        info.labels(**cache_info).set(1)
+        d.registry.register(self.itl)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this replica."""

@@ -5,19 +5,24 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from simengine import wire
-from simengine.faults import CONTRACT_ACTIONS
+from simengine.config import SimConfig
+from simengine.faults import CONTRACT_ACTIONS, FaultBook, FaultRule
+from simengine.metrics import EngineMetrics
+from simengine.scheduler import Scheduler
 from simengine.sequence import Sequence
+from simengine.simlog import ReplicaLog
 from simengine.textgen import K_CONTENT, K_REASONING, K_TOOL_HEAD, Plan, build_plan
 from simengine.tokenizer import chat_token_ids, token_ids
 from simengine.validate import (
     ApiError,
+    ParsedRequest,
     check_model,
     parse_chat,
     parse_completion,
@@ -25,10 +30,27 @@ from simengine.validate import (
     prompt_text,
 )
 
-if TYPE_CHECKING:
-    from simengine.replica import Replica
-
 _JSON = "application/json"
+
+
+class ServedReplica(Protocol):
+    """What the routes need of the replica they answer for (``simengine.replica.Replica``,
+    which builds them: a protocol here, so this module needs nothing of that one)."""
+
+    cfg: SimConfig
+    index: int
+    created: int
+    alive: bool
+    engine: Scheduler
+    metrics: EngineMetrics
+    faults: FaultBook
+    log: ReplicaLog
+    request_counter: int
+    rejections: int
+
+    def prefix_hit(self, key: str | None, tokens: int) -> int:
+        """Block-aligned tokens of a shared system prompt already in the prefix cache."""
+        ...
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:
@@ -47,7 +69,7 @@ def error_response(status: int, message: str, err_type: str | None = None) -> we
 class OpenAIRoutes:
     """Handlers bound to one replica."""
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: ServedReplica) -> None:
         self.rep = replica
         self.cfg = replica.cfg
 
@@ -171,24 +193,7 @@ class OpenAIRoutes:
         )
         if rep.engine.queue_full():
             return await self._reject_full(request, xrid, rid, parsed.stream, chat)
-        seed_key = f"{cfg.seed}:{xrid}" if xrid else f"{cfg.seed}:#{rep.request_counter}"
-        contract_fault = None
-        if fault is not None and fault.action in CONTRACT_ACTIONS:
-            # Decided now, in the plan: streamed and non-streamed answers break alike and
-            # usage counts exactly the broken tokens that are sent.
-            contract_fault = fault.action
-            rep.log.warning("simengine.py:0", f"fault {fault.action} injected into {rid}")
-        plan, vocab_idx = build_plan(
-            parsed.out,
-            random.Random(seed_key),
-            mean_output_tokens=cfg.mean_output_tokens,
-            reasoning_tokens=cfg.reasoning_tokens,
-            tool_call_probability=cfg.tool_call_probability,
-            parallel_tool_call_probability=cfg.parallel_tool_call_probability,
-            contract_fault=contract_fault,
-        )
-        for note in plan.notes:
-            rep.log.warning("structured_outputs.py:0", f"{rid}: {note}")
+        plan, vocab_idx = self._plan(parsed, xrid, rid, fault)
         created = int(time.time())
         template = wire.StreamTemplate(rid, created, cfg.model, chat)
         resp: web.StreamResponse | None = None
@@ -213,21 +218,52 @@ class OpenAIRoutes:
         if resp is not None:
             # aiohttp ends the chunked body (write_eof) and ignores a client already gone.
             return resp
+        return self._answer(request, xrid, seq, created, chat)
+
+    def _plan(
+        self, parsed: ParsedRequest, xrid: str | None, rid: str, fault: FaultRule | None
+    ) -> tuple[Plan, list[int] | None]:
+        """The request's tokens, drawn from a seed of its id (the same id, the same answer)."""
+        rep, cfg = self.rep, self.cfg
+        seed_key = f"{cfg.seed}:{xrid}" if xrid else f"{cfg.seed}:#{rep.request_counter}"
+        contract_fault = None
+        if fault is not None and fault.action in CONTRACT_ACTIONS:
+            # Decided now, in the plan: streamed and non-streamed answers break alike and
+            # usage counts exactly the broken tokens that are sent.
+            contract_fault = fault.action
+            rep.log.warning("simengine.py:0", f"fault {fault.action} injected into {rid}")
+        plan, vocab_idx = build_plan(
+            parsed.out,
+            random.Random(seed_key),
+            mean_output_tokens=cfg.mean_output_tokens,
+            reasoning_tokens=cfg.reasoning_tokens,
+            tool_call_probability=cfg.tool_call_probability,
+            parallel_tool_call_probability=cfg.parallel_tool_call_probability,
+            contract_fault=contract_fault,
+        )
+        for note in plan.notes:
+            rep.log.warning("structured_outputs.py:0", f"{rid}: {note}")
+        return plan, vocab_idx
+
+    def _answer(
+        self, request: web.Request, xrid: str | None, seq: Sequence, created: int, chat: bool
+    ) -> web.Response:
+        """The non-streamed answer of a finished sequence (or its error)."""
         if seq.outcome == "abort":
             # The client is gone; aiohttp drops whatever is returned.
             return web.Response(status=499)
         if seq.error is not None:
             return self._reply_error(request, xrid, seq.error[1], seq.error[0])
-        n = seq.generated
+        model, plan, n, rid = self.cfg.model, seq.plan, seq.generated, seq.rid
         if chat:
             message = _chat_message(plan, n)
             body_out = wire.chat_response(
-                rid, created, cfg.model, message, _finish(plan, n), seq.prompt_tokens, n
+                rid, created, model, message, _finish(plan, n), seq.prompt_tokens, n
             )
         else:
             text = "".join(plan.texts[:n])
             body_out = wire.completion_response(
-                rid, created, cfg.model, text, _finish(plan, n), seq.prompt_tokens, n
+                rid, created, model, text, _finish(plan, n), seq.prompt_tokens, n
             )
         if seq.malformed:
             body_out = body_out[: max(len(body_out) // 2, 8)]
