@@ -35,25 +35,25 @@ the resend, on a session without a pool (so that it cannot meet another stale
 connection). A request that fails again is classified as any other.
 
 Authorization (or any header given to the client) is never logged nor stored; failure
-details are scrubbed of header values.
+details are scrubbed of header values. What tells failures apart (client-side errnos, a
+stale pooled connection, a server's error message) is :mod:`loadgen.client_errors`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 from collections.abc import Coroutine, Mapping
 from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, Final
 
 import aiohttp
-import orjson
 
+from loadgen.client_errors import client_side, message_from_body, stale_connection, trunc
 from loadgen.envelope import FailureClass, RequestResult
 from loadgen.outcome import is_empty_stream, usage_problem
-from loadgen.sse import DETAIL_MAX, SSEParser, error_message
+from loadgen.sse import SSEParser
 
 __all__ = ["StreamClient"]
 
@@ -69,59 +69,11 @@ DRAIN_AFTER_DONE_S: Final = 2.0
 goes back to the pool; past it the connection is closed (the result is already final)."""
 
 
-CLIENT_ERRNOS: Final = {
-    errno.EMFILE: "too many open files",
-    errno.ENFILE: "too many open files in the system",
-    errno.ENOBUFS: "no buffer space",
-    errno.ENOMEM: "out of memory",
-    errno.EADDRNOTAVAIL: "no local port or address available",
-}
-"""errno → words, for the errors that say this client ran out of something (file
-descriptors under ``ulimit -n``, kernel buffers, memory, local ports): the request never
-left this host, so the failure is ``client_error``, never the server's ``connect_error``.
-The same set as ``probes.neterrors`` (loadgen must not import probes)."""
-
-
-def _client_side(exc: BaseException) -> str | None:
-    """``"client-side: too many open files (EMFILE)"`` when ``exc``, or an error it wraps
-    (aiohttp's ``os_error``, ``__cause__``, ``__context__``), is one of ``CLIENT_ERRNOS``."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        cur = todo.pop()
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
-        if isinstance(cur, OSError) and cur.errno in CLIENT_ERRNOS:
-            code = errno.errorcode.get(cur.errno, str(cur.errno))
-            return f"client-side: {CLIENT_ERRNOS[cur.errno]} ({code})"
-        wrapped = getattr(cur, "os_error", None) if isinstance(cur, aiohttp.ClientError) else None
-        todo += [
-            x for x in (wrapped, cur.__cause__, cur.__context__) if isinstance(x, BaseException)
-        ]
-    return None
-
-
-def _trunc(text: str) -> str:
-    return text if len(text) <= DETAIL_MAX else text[: DETAIL_MAX - 1] + "…"
-
-
 async def _on_reuse(_session: object, ctx: Any, _params: object) -> None:
     """aiohttp trace hook: this request's connection came from the pool."""
     attempt = ctx.trace_request_ctx
     if isinstance(attempt, dict):
         attempt["reused"] = True
-
-
-def _stale(exc: BaseException) -> bool:
-    """An error that a closed pooled connection gives before any response byte: a
-    disconnect or reset while writing the request or waiting for the status line."""
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        # With a partial response, aiohttp passes the half-parsed message instead of text.
-        return isinstance(exc.message, str)
-    return isinstance(exc, aiohttp.ClientOSError) and not isinstance(
-        exc, aiohttp.ClientConnectorError
-    )
 
 
 class _Watch:
@@ -274,7 +226,7 @@ class StreamClient:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise ConnectionError(self._scrub(f"GET {url}: {type(exc).__name__}: {exc}")) from None
         if not 200 <= status < 300:
-            msg = _message_from_body(body)
+            msg = message_from_body(body)
             raise ConnectionError(self._scrub(f"GET {url}: HTTP {status}: {msg}"))
 
     # ------------------------------------------------------------------ hot path
@@ -318,9 +270,7 @@ class StreamClient:
                         if status != 200:
                             await self._read_error(resp, result)
                             return result
-                        watch = _Watch(now, resp)
-                        if _tune_connection(resp):  # else aiohttp's sock_read stays in charge
-                            self._watched.add(watch)
+                        watch = self._watch(resp, now)
                         parser = SSEParser()
                         # The read loop, inline: every await level costs each read a resume.
                         feed = parser.feed
@@ -361,21 +311,33 @@ class StreamClient:
                             await self._drain(resp)
                     return result
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                    resend = attempt["reused"] and not (got_headers or result.stale_retry)
-                    if not (resend and _stale(exc)):
+                    if not _resend(exc, result, attempt["reused"], got_headers):
                         raise
-                    result.stale_retry = True  # nothing was measured yet: resend as new
                     session = self._fresh or session
         except asyncio.CancelledError:
             result.cancelled = True
             raise
         except Exception as exc:
-            if watch is not None and watch.expired:
-                result.failure = FailureClass.READ_TIMEOUT
-                result.failure_detail = f"no bytes for {self.read_timeout_s:g} s (watchdog)"
-            else:
-                self._classify(exc, result, got_headers)
+            self._failed(exc, result, got_headers, watch)
         return result
+
+    def _watch(self, resp: aiohttp.ClientResponse, now: int) -> _Watch:
+        """The stream's entry for the read watchdog, watched once its connection is tuned."""
+        watch = _Watch(now, resp)
+        if _tune_connection(resp):  # else aiohttp's sock_read stays in charge
+            self._watched.add(watch)
+        return watch
+
+    def _failed(
+        self, exc: Exception, r: RequestResult, got_headers: bool, watch: _Watch | None
+    ) -> None:
+        """Classify the exception that ended a request; a stream the watchdog closed is a
+        read timeout, whatever the read then raised."""
+        if watch is not None and watch.expired:
+            r.failure = FailureClass.READ_TIMEOUT
+            r.failure_detail = f"no bytes for {self.read_timeout_s:g} s (watchdog)"
+        else:
+            self._classify(exc, r, got_headers)
 
     def _conclude(
         self, resp: aiohttp.ClientResponse, r: RequestResult, parser: SSEParser, now: int
@@ -441,15 +403,15 @@ class StreamClient:
             body = await resp.content.read(ERROR_BODY_MAX)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             body = f"<error body unreadable: {type(exc).__name__}>".encode()
-        r.failure_detail = self._scrub(f"HTTP {status}: {_message_from_body(body)}")
+        r.failure_detail = self._scrub(f"HTTP {status}: {message_from_body(body)}")
 
     def _classify(self, exc: Exception, r: RequestResult, got_headers: bool) -> None:
         name = type(exc).__name__
         failure: FailureClass
-        client_side = _client_side(exc)
-        if client_side is not None:  # this host ran out of fds/buffers: not the server
+        ours = client_side(exc)
+        if ours is not None:  # this host ran out of fds/buffers: not the server
             r.failure = FailureClass.CLIENT
-            r.failure_detail = self._scrub(_trunc(f"{client_side}; {name}: {exc}"))
+            r.failure_detail = self._scrub(trunc(f"{ours}; {name}: {exc}"))
             return
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             failure = FailureClass.CONNECT
@@ -470,13 +432,23 @@ class StreamClient:
         else:
             failure = FailureClass.CLIENT
         r.failure = failure
-        r.failure_detail = self._scrub(_trunc(f"{name}: {exc}"))
+        r.failure_detail = self._scrub(trunc(f"{name}: {exc}"))
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, "***")
-        return _trunc(text)
+        return trunc(text)
+
+
+def _resend(exc: BaseException, r: RequestResult, reused: bool, got_headers: bool) -> bool:
+    """Whether to resend after ``exc``: once, on a reused pooled connection, before any
+    response byte (module doc). Then ``r.stale_retry`` says so: nothing was measured yet,
+    so the resend starts the request anew."""
+    if not (reused and not (got_headers or r.stale_retry) and stale_connection(exc)):
+        return False
+    r.stale_retry = True
+    return True
 
 
 def _tune_connection(resp: aiohttp.ClientResponse) -> bool:
@@ -498,17 +470,3 @@ def _tune_connection(resp: aiohttp.ClientResponse) -> bool:
         return False
     protocol.read_timeout = None
     return True
-
-
-def _message_from_body(body: bytes) -> str:
-    """The server's error message from a non-200 body (JSON error shapes, else the text)."""
-    text: str | None = None
-    stripped = body.strip()
-    if stripped[:1] in (b"{", b"["):
-        try:
-            text = error_message(orjson.loads(stripped))
-        except orjson.JSONDecodeError:
-            text = None
-    if text is None:
-        text = stripped.decode(errors="replace") or "<empty body>"
-    return _trunc(text)

@@ -252,9 +252,8 @@ class SSEParser:
                 end = find(b"\n\n", start)
                 if end < 0:
                     break
-                block = buf[start:end]
+                kind = self._block(buf[start:end])
                 start = end + 2
-                kind = self._block(block)
             if kind:
                 tokens += 1
                 if kind == VISIBLE:
@@ -264,13 +263,17 @@ class SSEParser:
                 return tokens
         rest = self._buf = buf[start:] if start else buf
         if len(rest) > MAX_EVENT_BYTES:  # the one check on this path (see module doc)
-            self._buf = b""
-            self._fail(
-                FailureClass.MALFORMED,
-                f"an SSE event grew past {MAX_EVENT_BYTES // (1024 * 1024)} MiB without its "
-                f"end (blank line): {_excerpt(rest)}",
-            )
+            self._overflow(rest)
         return tokens
+
+    def _overflow(self, rest: bytes) -> None:
+        """An unfinished event past ``MAX_EVENT_BYTES``: the stream is malformed."""
+        self._buf = b""
+        self._fail(
+            FailureClass.MALFORMED,
+            f"an SSE event grew past {MAX_EVENT_BYTES // (1024 * 1024)} MiB without its "
+            f"end (blank line): {_excerpt(rest)}",
+        )
 
     def close(self) -> int:
         """End of stream. Dispatch a last event that lacks its blank line (lenient: only
