@@ -1,8 +1,32 @@
 """The run record (``record.json``): the final, self-describing result of one run.
 
-Its shape is a contract with ``soaktop verify``, ``compare``/``decide`` (later) and the
-TUI's replay; ``schema_version`` changes whenever a field changes meaning. Gates and
-telemetry summaries have their slots from the start (empty until those layers run).
+Its shape is a contract with ``soaktop verify``, ``compare``, ``decide``, ``report`` and
+the TUI's replay, published as JSON Schema in ``schema/record.schema.json`` (and each
+``snapshots.jsonl`` line's in ``schema/snapshot.schema.json``), generated from these
+models by ``python -m soak.record.schema --write`` and kept current by a test.
+
+**Versions and compatibility.** ``schema_version`` is ``"MAJOR.MINOR"``, in the record
+and in every snapshot line.
+
+- A *minor* version adds: a key, a section, a typed model where there was free-form
+  JSON. What a key held before keeps its meaning.
+- A *major* version changes what a key means, or removes one. A reader refuses a record
+  of another major version (its words say which).
+- **Readers accept their own minor version and every older one of the same major.** A
+  key an older record lacks reads as its default (None, empty); the sections first typed
+  in 1.1 keep keys they do not declare instead of refusing them
+  (:mod:`soak.record.shape`), since 1.0 held them as free-form JSON. A newer minor's
+  unknown *top-level* key is named as a schema problem: the strict readers (view,
+  attach, verify, decide) refuse it, compare, runs and report read it as plain JSON.
+- The published schema describes records as this version writes them: a key it lists
+  as required is always written by this version (an older record may lack it).
+
+History: **1.0**, the previous release, wrote ``schema_version: 1`` (an integer; read as
+``"1.0"``) and free-form telemetry, reconciliation, faults, thresholds and identity
+host/gpus/clock/prompt pool. **1.1** types them (:mod:`soak.record.telemetry`,
+:mod:`soak.record.gpu_telemetry`, :mod:`soak.record.sections`) without changing a key.
+``config`` stays the free-form echo of ``config.json`` (``soak.run.config``'s model owns
+its shape, in the room above this one).
 """
 
 from __future__ import annotations
@@ -14,13 +38,43 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loadgen.stats import LatencyStats
+from probes.gates import SuiteGate
+from soak.record.gpu_telemetry import GpuIdentity
 from soak.record.matrix import MatrixSummary
+from soak.record.sections import (
+    Fault,
+    HostFacts,
+    PromptPoolFacts,
+    Reconciliation,
+    RunClock,
+    ServedModel,
+    ThresholdState,
+)
+from soak.record.telemetry import RecordTelemetry
 from soak.safe_text import safe_csv_cell
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = "1.1"
+"""``MAJOR.MINOR`` of ``record.json`` and of each snapshot line (see the module docstring)."""
+
+
+def read_schema_version(value: object) -> object:
+    """A stored ``schema_version`` as ``"MAJOR.MINOR"``: 1.0 wrote the integer ``1``.
+
+    A version of another major than this soaktop's is refused (ValueError): its keys may
+    mean other things."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = f"{value}.0"
+    if isinstance(value, str):
+        major = value.split(".", 1)[0]
+        if major != SCHEMA_VERSION.split(".", 1)[0]:
+            raise ValueError(
+                f"schema_version {value} is not readable by this soaktop (it reads "
+                f"{SCHEMA_VERSION.split('.', 1)[0]}.x)"
+            )
+    return value
 
 
 class Status(StrEnum):
@@ -59,13 +113,14 @@ class EndpointIdentity(BaseModel):
     url: str
     reachable: bool
     error: str | None = None
-    models: list[dict[str, Any]] = Field(default_factory=list)
+    models: list[ServedModel] = Field(default_factory=list)
     """``/v1/models`` entries: id and max_model_len."""
     version: str | None = None
     engine: str | None = None
     """Detected from /metrics names (vllm, sglang, tgi, llamacpp) or /version."""
-    cache_config: dict[str, Any] = Field(default_factory=dict)
-    """vllm:cache_config_info labels (block_size, num_gpu_blocks, ...)."""
+    cache_config: dict[str, str] = Field(default_factory=dict)
+    """vllm:cache_config_info labels (block_size, num_gpu_blocks, ...): the engine's own
+    names and string values, kept as it exposes them (open: each vLLM version has its own)."""
     token_slots: int | None = None
     """KV token slots = num_gpu_blocks × block_size."""
 
@@ -80,12 +135,12 @@ class Identity(BaseModel):
     engine: str
     endpoints: list[EndpointIdentity]
     config_sha256: str
-    prompt_pool: dict[str, Any] = Field(default_factory=dict)
+    prompt_pool: PromptPoolFacts = Field(default_factory=PromptPoolFacts)
     soaktop_version: str
-    host: dict[str, Any] = Field(default_factory=dict)
-    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    host: HostFacts = Field(default_factory=HostFacts)
+    gpus: list[GpuIdentity] = Field(default_factory=list)
     """NVML/DCGM identity (telemetry layer); empty when no GPU source ran."""
-    clock: dict[str, Any] = Field(default_factory=dict)
+    clock: RunClock = Field(default_factory=RunClock)
     """Wall time at the monotonic origin, to line journals up with server logs."""
 
 
@@ -196,29 +251,33 @@ class RunRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: str = SCHEMA_VERSION
+    """``MAJOR.MINOR``; 1.0 records hold the integer 1 (read as ``"1.0"``)."""
     run_id: str
     status: Status
     reasons: list[Reason] = Field(default_factory=list)
     exit_code: int
     config: dict[str, Any]
+    """The run's configuration as ``config.json`` holds it (``soak.run.config``'s
+    ``public_dict``). Left open here: its model lives in the room above, and a record
+    must load whatever options the soaktop that wrote it had."""
     identity: Identity | None = None
     load: LoadSummary | None = None
     matrix: MatrixSummary | None = None
     """The matrix profile's cells and repetitions (``soak.record.matrix``); None for a soak."""
-    gates: dict[str, Any] = Field(default_factory=dict)
-    """``gates.<phase>.<suite>`` = {passed, total, failures, ...} (``probes.gates.SuiteGate``),
-    phases before, canary, after; recomputed from ``probes.jsonl``."""
-    thresholds: list[dict[str, Any]] = Field(default_factory=list)
-    """Each threshold's final state from the record's exact figures
-    (``soak.judge.thresholds.ThresholdState``), with its first live breach."""
-    telemetry: dict[str, Any] = Field(default_factory=dict)
+    gates: dict[str, dict[str, SuiteGate]] = Field(default_factory=dict)
+    """``gates.<phase>.<suite>`` (``probes.gates.SuiteGate``), phases before, canary,
+    after; recomputed from ``probes.jsonl``."""
+    thresholds: list[ThresholdState] = Field(default_factory=list)
+    """Each threshold's final state from the record's exact figures, with its first live
+    breach."""
+    telemetry: RecordTelemetry = Field(default_factory=RecordTelemetry)
     """Per-source summaries (GPU, engine, host) from the telemetry layer, and ``coverage``:
     each source's answered / expected samples over the load window (``soak.judge.coverage``)."""
-    reconciliation: dict[str, Any] = Field(default_factory=dict)
+    reconciliation: Reconciliation = Field(default_factory=Reconciliation)
     """Client vs server counter deltas per window (``before``, ``load``, ``after``) and
     ``matched`` over all of them (``soak.judge.reconcile``)."""
-    faults: list[dict[str, Any]] = Field(default_factory=list)
+    faults: list[Fault] = Field(default_factory=list)
     """Every fault, restart and endpoint-down event of the run (``soak.record.faults``):
     ``time_s`` relative to the load start, ``source``, ``kind``, ``detail``."""
     client_health: ClientHealth = Field(default_factory=ClientHealth)
@@ -229,6 +288,11 @@ class RunRecord(BaseModel):
     """True when ``soaktop recover`` wrote this record from the journals."""
     files: dict[str, str] = Field(default_factory=dict)
     """Journal name → sha256, computed after the journals were closed."""
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _read_version(cls, value: object) -> object:
+        return read_schema_version(value)
 
 
 STORAGE_CODES = frozenset({"storage_error", "record_truncated"})
@@ -289,7 +353,7 @@ def summary_csv(record: RunRecord) -> bytes:
     """One row of the seed-000 table: the measurements and their status labels."""
     load = record.load
     gates = "; ".join(
-        f"{phase} {suite} {res.get('passed')}/{res.get('total')}"
+        f"{phase} {suite} {res.passed}/{res.total}"
         for phase, suites in record.gates.items()
         for suite, res in suites.items()
     )

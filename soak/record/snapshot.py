@@ -3,19 +3,24 @@
 The runner appends one to ``snapshots.jsonl`` per tick; the TUI and headless mode only
 read these (they never compute statistics from raw requests). Sections for gates and
 telemetry exist from the start and say "no data" (``None``/empty) until their layers run.
+
+Each line carries ``schema_version`` (``MAJOR.MINOR``, the record's: 1.0 wrote the integer
+1); the compatibility rule is the record's (:mod:`soak.record.models`). The JSON Schema of
+a line is ``schema/snapshot.schema.json``.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loadgen.live import ThroughputView
 from soak.record.events import Event
-from soak.record.models import Reason
+from soak.record.models import SCHEMA_VERSION, Reason, read_schema_version
+from soak.record.sections import GateProgress, ThresholdState
+from soak.record.telemetry import SnapshotTelemetry
 
-SNAPSHOT_SCHEMA_VERSION = 1
+SNAPSHOT_SCHEMA_VERSION = SCHEMA_VERSION
+"""Snapshot lines and the record share one version."""
 
 
 class LoadView(BaseModel):
@@ -57,7 +62,8 @@ class Snapshot(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: int = SNAPSHOT_SCHEMA_VERSION
+    schema_version: str = SNAPSHOT_SCHEMA_VERSION
+    """``MAJOR.MINOR``; 1.0 lines hold the integer 1 (read as ``"1.0"``)."""
     seq: int
     t: float
     """Seconds since the run's monotonic origin."""
@@ -68,14 +74,18 @@ class Snapshot(BaseModel):
     phase_elapsed_s: float
     load: LoadView
     client: ClientView
-    gates: dict[str, Any] = Field(default_factory=dict)
-    """``{phase: {suite: {passed, total, done, failed, rounds}}}`` so far."""
-    thresholds: list[dict[str, Any]] = Field(default_factory=list)
-    """Each threshold's live state (``soak.judge.thresholds.ThresholdState``): ok, breached or
-    no_data, from the live histograms."""
-    telemetry: dict[str, Any] = Field(default_factory=dict)
+    gates: dict[str, dict[str, GateProgress]] = Field(default_factory=dict)
+    """``{phase: {suite: progress}}`` so far."""
+    thresholds: list[ThresholdState] = Field(default_factory=list)
+    """Each threshold's live state: ok, breached or no_data, from the live histograms."""
+    telemetry: SnapshotTelemetry = Field(default_factory=SnapshotTelemetry)
     events: list[Event] = Field(default_factory=list)
     """Events since the previous snapshot."""
     status: str = "running"
     """``running`` until the verdict, then PASSED/FAILED/INVALID/ABORTED."""
     reasons: list[Reason] = Field(default_factory=list)
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _read_version(cls, value: object) -> object:
+        return read_schema_version(value)

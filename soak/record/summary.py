@@ -77,6 +77,38 @@ def summarize_load(
 ) -> LoadSummary:
     """Counts, tokens, throughput and exact latency percentiles from the journal.
     ``visit`` sees every load line too, so other figures need no second read."""
+    return _summary(_tally(requests_path, timing.issue_end_s, visit), timing, method)
+
+
+@dataclass
+class _Tally:
+    """What the journal's load lines add up to (one pass, :func:`_tally`)."""
+
+    completed: int
+    failed: int
+    cancelled: int
+    usage_missing: int
+    disagrees: int
+    disagree_example: str | None
+    empty_answers: int
+    stale_retries: int
+    prompt_tokens: int
+    output_tokens: int
+    window_tokens: int
+    """Output tokens of requests that ended inside the issue window."""
+    classes: Counter[str]
+    lat: dict[str, list[float]]
+    """ttft, e2e, tpot, ttfb and fc (first content) samples, seconds."""
+    itl: list[np.ndarray]
+
+
+def _tally(
+    requests_path: Path,
+    issue_end_s: float | None,
+    visit: Callable[[dict[str, Any]], None] | None,
+) -> _Tally:
+    """One pass over the load lines. Local counters, not attributes: this loop runs once a
+    request (millions of lines in a long soak), at the end of the run and in ``verify``."""
     completed = failed = cancelled = usage_missing = 0
     disagrees = empty_answers = stale_retries = 0
     disagree_example: str | None = None
@@ -114,7 +146,7 @@ def summarize_load(
         output_tokens += ot or 0
         prompt_tokens += pt or 0
         end_s = line.get("end_s")
-        if timing.issue_end_s is not None and end_s is not None and end_s <= timing.issue_end_s:
+        if issue_end_s is not None and end_s is not None and end_s <= issue_end_s:
             window_tokens += ot or 0
         ttft, e2e = line.get("ttft_s"), line.get("e2e_s")
         for key, v in (("ttft", ttft), ("e2e", e2e), ("ttfb", line.get("ttfb_s"))):
@@ -127,11 +159,30 @@ def summarize_load(
         gaps = line.get("itl_us")
         if gaps:
             itl.append(np.asarray(gaps, dtype=np.float64) / 1e6)
+    return _Tally(
+        completed=completed,
+        failed=failed,
+        cancelled=cancelled,
+        usage_missing=usage_missing,
+        disagrees=disagrees,
+        disagree_example=disagree_example,
+        empty_answers=empty_answers,
+        stale_retries=stale_retries,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        window_tokens=window_tokens,
+        classes=classes,
+        lat=lat,
+        itl=itl,
+    )
 
+
+def _summary(t: _Tally, timing: LoadTiming, method: PercentileMethod) -> LoadSummary:
+    """The load summary of one tally and the timing the journal cannot tell."""
     issue_s = _span(timing.issue_start_s, timing.issue_end_s)
     drain_s = _span(timing.issue_end_s, timing.drain_end_s)
     elapsed = issue_s + drain_s if issue_s is not None and drain_s is not None else issue_s
-    with_usage = completed - usage_missing
+    with_usage = t.completed - t.usage_missing
     return LoadSummary(
         requested_concurrency=timing.requested_concurrency,
         workers_started=timing.workers_started,
@@ -140,34 +191,34 @@ def summarize_load(
         barrier_released_at=timing.barrier_released_at,
         barrier_wait_s=timing.barrier_wait_s,
         issued=timing.issued,
-        completed=completed,
-        failed=failed,
-        cancelled=cancelled,
-        cancel_cause=timing.cancel_cause if cancelled else None,
+        completed=t.completed,
+        failed=t.failed,
+        cancelled=t.cancelled,
+        cancel_cause=timing.cancel_cause if t.cancelled else None,
         backoffs=timing.backoffs,
         worker_errors=timing.worker_errors,
-        failures_by_class=dict(sorted(classes.items())),
+        failures_by_class=dict(sorted(t.classes.items())),
         issue_start_s=timing.issue_start_s,
         issue_end_s=timing.issue_end_s,
         issue_s=issue_s,
         drain_s=drain_s,
         elapsed_s=elapsed,
         stop_reason=timing.stop_reason,
-        prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens,
-        usage_missing=usage_missing,
-        usage_disagrees=disagrees,
-        usage_disagrees_example=disagree_example,
-        empty_answers=empty_answers,
-        stale_connection_retries=stale_retries,
-        output_tokens_per_s=output_tokens / elapsed if elapsed else None,
-        output_tokens_per_s_issue_window=window_tokens / issue_s if issue_s else None,
-        requests_per_s=completed / elapsed if elapsed else None,
-        ttft_s=summarize(lat["ttft"], method),
-        e2e_s=summarize(lat["e2e"], method),
-        itl_s=summarize(np.concatenate(itl) if itl else np.empty(0), method),
-        tpot_s=summarize(lat["tpot"], method),
-        ttfb_s=summarize(lat["ttfb"], method),
-        first_content_s=summarize(lat["fc"], method),
-        input_tokens_mean=prompt_tokens / with_usage if with_usage else None,
+        prompt_tokens=t.prompt_tokens,
+        output_tokens=t.output_tokens,
+        usage_missing=t.usage_missing,
+        usage_disagrees=t.disagrees,
+        usage_disagrees_example=t.disagree_example,
+        empty_answers=t.empty_answers,
+        stale_connection_retries=t.stale_retries,
+        output_tokens_per_s=t.output_tokens / elapsed if elapsed else None,
+        output_tokens_per_s_issue_window=t.window_tokens / issue_s if issue_s else None,
+        requests_per_s=t.completed / elapsed if elapsed else None,
+        ttft_s=summarize(t.lat["ttft"], method),
+        e2e_s=summarize(t.lat["e2e"], method),
+        itl_s=summarize(np.concatenate(t.itl) if t.itl else np.empty(0), method),
+        tpot_s=summarize(t.lat["tpot"], method),
+        ttfb_s=summarize(t.lat["ttfb"], method),
+        first_content_s=summarize(t.lat["fc"], method),
+        input_tokens_mean=t.prompt_tokens / with_usage if with_usage else None,
     )
