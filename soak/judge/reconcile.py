@@ -57,13 +57,8 @@ def reconcile_window(
     window's ``matched`` is True when all three matched, False when any mismatched, None
     when none mismatched but some could not be compared."""
     base: dict[str, Any] = {"window": window}
-
-    def unavailable(why: str) -> dict[str, Any]:
-        per = {n: _counter("unavailable", client.get(n, 0), None, why) for n in _COUNTERS}
-        return base | {"matched": None, "unavailable": why} | per
-
     if not before or not after or len(before) != len(after):
-        return unavailable("no counter snapshots were taken")
+        return _unavailable(base, client, "no counter snapshots were taken")
     broken = [i for i, (b, a) in enumerate(zip(before, after, strict=True)) if b.error or a.error]
     if broken:
         # what failed, by kind only ("HTTP 404", "timed out after 2 s", "ConnectError"):
@@ -74,7 +69,8 @@ def reconcile_window(
             for edge, s in (("start", before[i]), ("end", after[i]))
             if s.error
         }
-        return unavailable(f"/metrics failed on endpoint(s) {broken}") | {"errors": errors}
+        why = f"/metrics failed on endpoint(s) {broken}"
+        return _unavailable(base, client, why) | {"errors": errors}
     inside = [
         (i, float(r["t"]))
         for i, (b, a) in enumerate(zip(before, after, strict=True))
@@ -85,12 +81,41 @@ def reconcile_window(
         # The counts from before the restart are gone, whether or not they grew back past
         # the window's first sample by its end: nothing here can be compared.
         words = ", ".join(dict.fromkeys(f"endpoint {i} {when(t, load_start_s)}" for i, t in inside))
-        out = unavailable(f"the server restarted in the window ({words}): its counters began again")
+        why = f"the server restarted in the window ({words}): its counters began again"
+        out = _unavailable(base, client, why)
         out["counter_resets"] = [
             {"endpoint": i, "t_s": round(t, 3), "at": when(t, load_start_s)} for i, t in inside
         ]
         out["unfinished"] = unfinished
         return out
+    out, resets = _compare_counters(base, before, after, client, load_start_s)
+    states = [out[n]["status"] for n in _COUNTERS]
+    out["matched"] = (
+        False if "mismatched" in states else True if set(states) == {"matched"} else None
+    )
+    if resets:
+        out["counter_resets"] = resets
+    if note := _gap_note(out, unfinished):
+        out["note"] = note
+    out["unfinished"] = unfinished
+    return out
+
+
+def _unavailable(base: dict[str, Any], client: dict[str, int], why: str) -> dict[str, Any]:
+    """A window none of whose counters could be compared, and why."""
+    per = {n: _counter("unavailable", client.get(n, 0), None, why) for n in _COUNTERS}
+    return base | {"matched": None, "unavailable": why} | per
+
+
+def _compare_counters(
+    base: dict[str, Any],
+    before: list[EngineSample],
+    after: list[EngineSample],
+    client: dict[str, int],
+    load_start_s: float | None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Each counter's growth over the window, summed over the endpoints, against what
+    the client received; and the counters that went down (a restart between scrapes)."""
     out = dict(base)
     resets: list[str] = []
     for name, key in _COUNTERS.items():
@@ -117,12 +142,11 @@ def reconcile_window(
             out[name] = _counter("unavailable", mine, None if "exports no" in why else total, why)
         else:
             out[name] = _counter("matched" if total == mine else "mismatched", mine, total)
-    states = [out[n]["status"] for n in _COUNTERS]
-    out["matched"] = (
-        False if "mismatched" in states else True if set(states) == {"matched"} else None
-    )
-    if resets:
-        out["counter_resets"] = resets
+    return out, resets
+
+
+def _gap_note(out: dict[str, Any], unfinished: int) -> str | None:
+    """What explains a mismatch, or says it cannot be explained."""
     short = [
         n.replace("_", " ")
         for n in _COUNTERS
@@ -130,17 +154,16 @@ def reconcile_window(
     ]
     if short:
         # Failed or cut requests only ever make the server count more than the client got.
-        out["note"] = (
+        return (
             f"the server counted less than the client received ({', '.join(short)}): its "
             "counters missed work (a restart between two scrapes, or counters published late)"
         )
-    elif "mismatched" in states and unfinished:
-        out["note"] = (
+    if out.get("matched") is False and unfinished:
+        return (
             f"{unfinished} failed or cut requests: the server counted work the client did "
             "not receive"
         )
-    out["unfinished"] = unfinished
-    return out
+    return None
 
 
 def _counter(

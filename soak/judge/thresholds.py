@@ -19,20 +19,9 @@ when parsed instead: ``,abort`` on a metric without a live figure (``ttfb.*``,
 ``first_content.*`` and ``engine.preemptions`` are checked only at the end, against the
 record), and ``gpu.*`` thresholds when the run has no GPU telemetry source (``--dcgm``).
 
-Telemetry keys read here (the telemetry layer writes them; absent keys mean no data):
-
-- snapshot ``telemetry["engines"]``: list of dicts, one per endpoint, with ``waiting`` and
-  ``kv_usage`` (0–1); entries whose ``status`` is present and not ``"ok"`` are skipped.
-  (They also carry the server's lifetime ``preemptions_total``, which is not this run's
-  count: ``engine.preemptions`` has no live figure.)
-- snapshot ``telemetry["gpus"]``: list of dicts with ``memory_free_mib`` and
-  ``temperature_c`` (the latest sample; for when GPU telemetry exists).
-- record ``telemetry["engines"]``: list of dicts with ``waiting_max``, ``kv_usage_max`` and
-  optionally ``preemptions`` (peaks / counts over the load).
-- record ``telemetry["gpus"]``: list of dicts with ``min_free_mib`` and ``max_temp_c``.
-
-Across endpoints and GPUs the worst one counts: the largest waiting queue, KV usage and
-temperature, the smallest free memory; preemptions add up.
+The metrics a threshold can name and their figures are in
+:mod:`soak.judge.threshold_metrics`; a state's model is the record's
+(:class:`soak.record.sections.ThresholdState`), the same live in each snapshot.
 """
 
 from __future__ import annotations
@@ -42,17 +31,51 @@ import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict
 
-from loadgen.stats import LatencyStats
-from soak.record.models import LoadSummary, Reason
-from soak.record.snapshot import Snapshot
+from soak.judge.threshold_metrics import (
+    LATENCIES,
+    METRICS,
+    NO_GPU_TELEMETRY,
+    OTHER_METRICS,
+    STATS,
+    Kind,
+    MetricInfo,
+    describe_metrics,
+    format_duration,
+    format_value,
+    metrics_from_record,
+    metrics_from_snapshot,
+    record_source,
+    why_no_data,
+)
+from soak.record.models import Reason
+from soak.record.sections import ThresholdState
+
+__all__ = [
+    "LIVE_SOURCE",
+    "METRICS",
+    "OPS",
+    "MetricInfo",
+    "Threshold",
+    "ThresholdError",
+    "ThresholdState",
+    "ThresholdWatch",
+    "describe_metrics",
+    "evaluate",
+    "format_duration",
+    "format_value",
+    "metrics_from_record",
+    "metrics_from_snapshot",
+    "parse_threshold",
+    "parse_thresholds",
+    "record_source",
+    "threshold_reasons",
+]
 
 Op = Literal["<", "<=", ">", ">=", "==", "!="]
-Kind = Literal["latency", "ratio", "count", "throughput", "mib", "celsius"]
 
 LIVE_SOURCE = "live histogram (1 % buckets)"
 """The ``source`` of states evaluated from a snapshot."""
@@ -72,100 +95,6 @@ OPS: dict[str, Callable[[float, float], bool]] = {
 class ThresholdError(ValueError):
     """An expression that cannot be parsed; ``str()`` is the operator's message."""
 
-
-@dataclass(frozen=True)
-class MetricInfo:
-    """One metric a threshold can name."""
-
-    name: str
-    kind: Kind
-    description: str
-    telemetry: bool = False
-    """Only the telemetry layer (GPU / engine sources) provides it."""
-    no_live: str | None = None
-    """Why the snapshot has no live figure for it (None: it has one). Such a metric is
-    checked only at the end, against the record, so ``,abort`` on it is refused."""
-    needs_gpu_telemetry: bool = False
-    """It needs a GPU telemetry source: refused when the run has none."""
-
-    @property
-    def live(self) -> bool:
-        """The snapshot carries a live figure (an ``,abort`` can act on it)."""
-        return self.no_live is None
-
-
-"""Whether soaktop samples GPUs (NVML/DCGM). Until it does, ``gpu.*`` thresholds are refused
-at parse time: a long soak must not end INVALID for a threshold known up front to be
-uncheckable. Turning GPU telemetry on is this one line."""
-
-_NO_GPU_TELEMETRY = (
-    "gpu.* thresholds need a GPU telemetry source: keep NVML on (the default; --no-nvml "
-    "turns it off) or give --dcgm URL (a DCGM exporter's /metrics)"
-)
-_RECORD_ONLY = "soaktop keeps it only in the record, not in the live histograms"
-
-
-_LATENCIES = {
-    "ttft": "time to first token: request sent → first chunk with content, reasoning or tool call",
-    "e2e": "end to end: request sent → end of the stream",
-    "itl": "inter-token latency: gaps between content chunks",
-    "tpot": "time per output token: (E2E − TTFT) / (output tokens − 1)",
-    "ttfb": "time to first byte: request sent → response headers (record only, not live)",
-    "first_content": "time to first visible content (record only, not live)",
-}
-_STATS = {
-    "p50": "median",
-    "p90": "90th percentile",
-    "p99": "99th percentile",
-    "max": "maximum",
-    "mean": "mean",
-}
-
-_RECORD_ONLY_LATENCIES = frozenset({"ttfb", "first_content"})
-
-_OTHER = (
-    MetricInfo("error_rate", "ratio", "failed / (completed + failed) load requests"),
-    MetricInfo("failed", "count", "load requests that failed"),
-    MetricInfo("completed", "count", "load requests that completed"),
-    MetricInfo("output_tokens_per_s", "throughput", "output tokens per second (drain included)"),
-    MetricInfo("requests_per_s", "throughput", "completed requests per second (drain included)"),
-    MetricInfo(
-        "gpu.min_free_mib",
-        "mib",
-        "least free GPU memory on any GPU, MiB",
-        telemetry=True,
-        needs_gpu_telemetry=True,
-    ),
-    MetricInfo(
-        "gpu.max_temp_c",
-        "celsius",
-        "hottest GPU temperature, °C",
-        telemetry=True,
-        needs_gpu_telemetry=True,
-    ),
-    MetricInfo("engine.max_waiting", "count", "longest engine waiting queue, requests", True),
-    MetricInfo("engine.max_kv_usage", "ratio", "fullest engine KV cache, 0–1", True),
-    MetricInfo(
-        "engine.preemptions",
-        "count",
-        "engine preemptions during the load",
-        telemetry=True,
-        no_live="the live engine view carries the server's lifetime counter, not this run's count",
-    ),
-)
-
-METRICS: dict[str, MetricInfo] = {
-    f"{base}.{stat}": MetricInfo(
-        f"{base}.{stat}",
-        "latency",
-        f"{what} of {desc}",
-        no_live=_RECORD_ONLY if base in _RECORD_ONLY_LATENCIES else None,
-    )
-    for base, desc in _LATENCIES.items()
-    for stat, what in _STATS.items()
-} | {m.name: m for m in _OTHER}
-"""Every metric a threshold can name, with its kind (which units it takes), whether it has
-a live figure and whether it needs GPU telemetry."""
 
 _UNITS: dict[Kind, dict[str, float]] = {
     "latency": {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6},
@@ -206,37 +135,7 @@ class Threshold(BaseModel):
     """With ``abort``: load seconds before a breach may stop the load."""
 
 
-class ThresholdState(BaseModel):
-    """A threshold checked against one set of figures."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    expr: str
-    condition: str
-    metric: str
-    state: Literal["ok", "breached", "no_data"]
-    observed: float | None
-    limit: float
-    source: str
-    """Where the figure came from, e.g. ``live histogram (1 % buckets)``."""
-    first_breach_s: float | None = None
-    """Seconds since the run origin when it was first breached live (a ThresholdWatch)."""
-
-
 # --- parsing -------------------------------------------------------------------------
-
-
-def describe_metrics() -> list[str]:
-    """One line per known metric: name, kind and what it measures (for help texts), with
-    ``[end only]`` (no live figure, no ``,abort``) or why it is not available."""
-    width = max(len(name) for name in METRICS)
-    return [f"{m.name:<{width}}  {m.kind:<10}  {m.description}{_note(m)}" for m in METRICS.values()]
-
-
-def _note(m: MetricInfo) -> str:
-    if m.needs_gpu_telemetry:
-        return " [needs GPU telemetry: NVML or --dcgm URL]"
-    return "" if m.live else " [end only: no live figure, so no ,abort]"
 
 
 def parse_threshold(text: str, *, gpu_telemetry: bool = False) -> Threshold:
@@ -247,7 +146,7 @@ def parse_threshold(text: str, *, gpu_telemetry: bool = False) -> Threshold:
     metric, op, rest = _split_condition(text, head)
     info = _metric_info(text, metric)
     if info.needs_gpu_telemetry and not gpu_telemetry:
-        raise _fail(text, _NO_GPU_TELEMETRY)
+        raise _fail(text, NO_GPU_TELEMETRY)
     value = _parse_value(text, info, op, rest)
     abort, grace_s = _parse_options(text, options)
     if abort and info.no_live is not None:
@@ -300,18 +199,18 @@ def _split_condition(text: str, head: str) -> tuple[str, Op, str]:
 
 
 def _known_metrics() -> str:
-    others = ", ".join(m.name for m in _OTHER)
-    return f"known metrics: {'|'.join(_LATENCIES)}.{{{','.join(_STATS)}}}, {others}"
+    others = ", ".join(m.name for m in OTHER_METRICS)
+    return f"known metrics: {'|'.join(LATENCIES)}.{{{','.join(STATS)}}}, {others}"
 
 
 def _metric_info(text: str, metric: str) -> MetricInfo:
     if metric in METRICS:
         return METRICS[metric]
     base, _, stat = metric.partition(".")
-    stats = ", ".join(_STATS)
-    if base in _LATENCIES and not stat:
+    stats = ", ".join(STATS)
+    if base in LATENCIES and not stat:
         raise _fail(text, f"{base!r} needs a statistic, e.g. {base}.p99; use one of {stats}")
-    if base in _LATENCIES:
+    if base in LATENCIES:
         raise _fail(text, f"unknown statistic {stat!r}; use one of {stats}")
     close = difflib.get_close_matches(metric, list(METRICS), n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
@@ -358,97 +257,6 @@ def _parse_duration(text: str, raw: str) -> float:
             f"grace {raw!r} is not a duration; use a number ≥ 0 with ms, s, m or h, e.g. grace=60s",
         )
     return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-
-
-# --- metric figures ------------------------------------------------------------------
-
-
-def metrics_from_snapshot(snapshot: Snapshot) -> dict[str, float | None]:
-    """Live figures from ``snapshot.load.cumulative`` (1 % histogram percentiles) and
-    ``snapshot.telemetry``; metrics without a live figure (``MetricInfo.no_live``: ttfb,
-    first_content, engine.preemptions) are always None."""
-    out: dict[str, float | None] = dict.fromkeys(METRICS)
-    view = snapshot.load.cumulative
-    if view is not None:
-        for base, stats in (
-            ("ttft", view.ttft_s),
-            ("e2e", view.e2e_s),
-            ("itl", view.itl_s),
-            ("tpot", view.tpot_s),
-        ):
-            out |= _latency_figures(base, stats)
-        out |= _load_counts(view.completed, view.failed)
-        out["output_tokens_per_s"] = view.output_tokens_per_s
-        out["requests_per_s"] = view.requests_per_s
-    engines = [e for e in _dicts(snapshot.telemetry, "engines") if e.get("status", "ok") == "ok"]
-    gpus = _dicts(snapshot.telemetry, "gpus")
-    out["engine.max_waiting"] = _worst(engines, "waiting", max)
-    out["engine.max_kv_usage"] = _worst(engines, "kv_usage", max)
-    out["gpu.min_free_mib"] = _worst(gpus, "memory_free_mib", min)
-    out["gpu.max_temp_c"] = _worst(gpus, "temperature_c", max)
-    for name, info in METRICS.items():
-        if not info.live:
-            out[name] = None
-    return out
-
-
-def metrics_from_record(
-    load: LoadSummary | None, telemetry: Mapping[str, Any]
-) -> dict[str, float | None]:
-    """Final figures from the record: exact percentiles, counts over the whole load and
-    the telemetry layer's summaries. Nothing when the barrier never released."""
-    out: dict[str, float | None] = dict.fromkeys(METRICS)
-    if load is not None and load.barrier_released:
-        for base in _LATENCIES:
-            out |= _latency_figures(base, getattr(load, f"{base}_s"))
-        out |= _load_counts(load.completed, load.failed)
-        out["output_tokens_per_s"] = load.output_tokens_per_s
-        out["requests_per_s"] = load.requests_per_s
-    engines = _dicts(telemetry, "engines")
-    gpus = _dicts(telemetry, "gpus")
-    out["engine.max_waiting"] = _worst(engines, "waiting_max", max)
-    out["engine.max_kv_usage"] = _worst(engines, "kv_usage_max", max)
-    out["engine.preemptions"] = _worst(engines, "preemptions", sum)
-    out["gpu.min_free_mib"] = _worst(gpus, "min_free_mib", min)
-    out["gpu.max_temp_c"] = _worst(gpus, "max_temp_c", max)
-    return out
-
-
-def record_source(load: LoadSummary | None) -> str:
-    """The ``source`` of states evaluated from a record, naming its percentile method."""
-    method = load.ttft_s.method if load is not None else "nearest-rank"
-    return f"record (exact, {method})"
-
-
-def _latency_figures(base: str, stats: LatencyStats) -> dict[str, float | None]:
-    return {f"{base}.{stat}": getattr(stats, stat) for stat in _STATS}
-
-
-def _load_counts(completed: int, failed: int) -> dict[str, float | None]:
-    total = completed + failed
-    return {
-        "completed": float(completed),
-        "failed": float(failed),
-        "error_rate": failed / total if total else None,
-    }
-
-
-def _dicts(telemetry: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    items = telemetry.get(key)
-    if not isinstance(items, list):
-        return []
-    return [i for i in items if isinstance(i, Mapping)]
-
-
-def _worst(
-    items: list[Mapping[str, Any]], key: str, how: Callable[[list[float]], float]
-) -> float | None:
-    values = [
-        float(v)
-        for v in (i.get(key) for i in items)
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    ]
-    return how(values) if values else None
 
 
 # --- evaluation ----------------------------------------------------------------------
@@ -560,7 +368,7 @@ def _final_reason(s: ThresholdState, live: ThresholdState | None) -> Reason | No
             effect="invalid",
             message=(
                 f"threshold {s.condition} could not be checked: {s.metric} had no data "
-                f"({_why_no_data(s.metric)}); no data is never ok, so the run cannot pass it"
+                f"({why_no_data(s.metric)}); no data is never ok, so the run cannot pass it"
             ),
         )
     if first is None:
@@ -592,54 +400,3 @@ def _abort_reason(t: Threshold, live: ThresholdState | None) -> Reason:
             f"(abort_on_fail{grace})"
         ),
     )
-
-
-def _why_no_data(metric: str) -> str:
-    info = METRICS.get(metric)
-    if info is not None and info.telemetry:
-        return "no GPU or engine telemetry source reported it"
-    if metric == "error_rate":
-        return "no load request completed or failed"
-    if metric.endswith("_per_s"):
-        return "the load has no elapsed time"
-    if metric in ("completed", "failed"):
-        return "no load was measured"
-    return "no request produced this latency"
-
-
-# --- formatting ----------------------------------------------------------------------
-
-
-def format_duration(seconds: float) -> str:
-    """Readable duration: ms under 1 s, s under 2 min, then min/h."""
-    if seconds < 1:
-        return f"{_num(seconds * 1000)} ms"
-    if seconds < 120:
-        return f"{_num(seconds)} s"
-    if seconds < 7200:
-        m, s = divmod(round(seconds), 60)
-        return f"{m} min {s} s" if s else f"{m} min"
-    h, m = divmod(round(seconds / 60), 60)
-    return f"{h} h {m} min" if m else f"{h} h"
-
-
-def format_value(metric: str, value: float | None) -> str:
-    """A metric's figure in its own units (latencies in ms/s, ratios in %)."""
-    if value is None:
-        return "no data"
-    kind = METRICS[metric].kind if metric in METRICS else "count"
-    if kind == "latency":
-        return f"{_num(value * 1000)} ms" if abs(value) < 1 else f"{_num(value)} s"
-    if kind == "ratio":
-        return f"{_num(value * 100)} %"
-    suffix = {
-        "count": "",
-        "throughput": " tok/s" if metric.startswith("output_tokens") else " req/s",
-        "mib": " MiB",
-        "celsius": " °C",
-    }[kind]
-    return f"{_num(value)}{suffix}"
-
-
-def _num(v: float) -> str:
-    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"

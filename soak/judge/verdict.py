@@ -1,204 +1,149 @@
 """The whole-run verdict: PASSED, FAILED, INVALID or ABORTED, with reasons (DESIGN.md §6).
 
-Every finding becomes a ``Reason``; the status follows from the strongest effect:
-aborted > invalid > failed > passed. Findings never cancel each other out: an INVALID
-load measurement still lists a server failure seen during it.
+:func:`judge` is the one function that turns a run's facts (:class:`RunFacts`) into its
+findings and reasons; finalize, ``soaktop recover`` and ``soaktop verify`` all call it,
+and differ only in how they gather the facts. Every finding becomes a ``Reason``; the
+status follows from the strongest effect: aborted > invalid > failed > passed. Findings
+never cancel each other out: an INVALID load measurement still lists a server failure
+seen during it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from probes.gates import PHASE_WORDS, GateFailure
+from soak.judge.coverage import coverage_reasons
+from soak.judge.facts import Judgement, RunFacts
+from soak.judge.faults import fault_reasons, gpu_fault_reasons, restart_reasons
+from soak.judge.load_reasons import load_reasons
+from soak.judge.matrix import matrix_reasons
+from soak.judge.reconcile import reconcile_reasons
+from soak.judge.thresholds import (
+    ThresholdState,
+    evaluate,
+    metrics_from_record,
+    record_source,
+    threshold_reasons,
+)
+from soak.record.faults import load_start
+from soak.record.models import Reason, Status
 
-from probes.gates import PHASE_WORDS, GateFailure, SuiteGate
-from soak.record.models import ClientHealth, LoadSummary, Reason, Status
-
-# Failure classes whose bare name does not say what happened: the reason adds the words.
-_CLASS_WORDS = {
-    "empty_stream": "HTTP 200 streams that ended with [DONE] but carried no output",
-    "impossible_usage": "usage numbers that cannot be true, left out of the token totals",
-}
+Findings = RunFacts
+"""The facts' former name (the load, gates and client-health part came first)."""
 
 _PRECEDENCE = (
     ("aborted", Status.ABORTED),
     ("invalid", Status.INVALID),
     ("failed", Status.FAILED),
 )
+_ORDER = {"aborted": 0, "invalid": 1, "failed": 2, "note": 3}
 
 
-@dataclass
-class Findings:
-    """Everything the verdict depends on, gathered by the runner or by recover."""
+def judge(f: RunFacts) -> Judgement:
+    """The verdict of a run: its status, its reasons (strongest first) and its final
+    threshold states."""
+    final = final_thresholds(f)
+    at = load_start(f.load, f.matrix)
+    reasons = [Reason(code="preflight", effect="failed", message=m) for m in f.preflight_errors]
+    if f.aborted is not None:
+        reasons.append(Reason(code="aborted", effect="aborted", message=f.aborted))
+    reasons += (
+        load_reasons(f.load, f.max_failures, f.aborted is not None)
+        + gate_reasons(f)
+        + _health_reasons(f)
+        + _soaktop_reasons(f)
+        + fault_reasons(f.telemetry, at, f.client_overload_s)
+        + coverage_reasons(f.telemetry, f.require_telemetry)
+        + restart_reasons(f.telemetry, at)
+        + gpu_fault_reasons(f.gpu_fault_events)
+        + _threshold_reasons(f, final)
+        + reconcile_reasons(dict(f.reconciliation), f.reconcile_strict)
+        + _pause_notes(f)
+        + (matrix_reasons(f.matrix, f.max_failures, f.was_stopped) if f.matrix is not None else [])
+        + f.extra
+    )
+    reasons.sort(key=lambda r: _ORDER[r.effect])
+    return Judgement(status=status_of(reasons), reasons=reasons, thresholds=final)
 
-    preflight_errors: list[str] = field(default_factory=list)
-    load: LoadSummary | None = None
-    aborted: str | None = None
-    """Why the operator or a signal stopped the run, if they did."""
-    health: ClientHealth | None = None
-    max_failures: int = 0
-    max_loop_lag_s: float = 0.5
-    client_overload_s: float = 10.0
-    """How long client CPU overload or in-flight shortfall may last before INVALID."""
-    max_client_cpu_percent: float = 95.0
-    gates: dict[str, dict[str, SuiteGate]] = field(default_factory=dict)
-    """``{phase: {suite: SuiteGate}}`` from probes.jsonl."""
-    gates_configured: list[str] = field(default_factory=list)
-    """Suites the run was asked to gate on (empty: no gates)."""
-    before_blocked: bool = False
-    """The before-load gates failed, so no load was run."""
-    force_load: bool = False
-    extra: list[Reason] = field(default_factory=list)
-    """Reasons from later layers (thresholds, faults)."""
+
+def decide(f: RunFacts) -> tuple[Status, list[Reason]]:
+    """The status and the reasons, strongest first (:func:`judge` without the thresholds)."""
+    j = judge(f)
+    return j.status, j.reasons
 
 
-def _load_reasons(f: Findings) -> list[Reason]:
-    load = f.load
-    if load is None:
-        return []
+def status_of(reasons: list[Reason]) -> Status:
+    """The status that a list of reasons implies (the strongest effect)."""
+    effects = {r.effect for r in reasons}
+    for effect, status in _PRECEDENCE:
+        if effect in effects:
+            return status
+    return Status.PASSED
+
+
+def final_thresholds(f: RunFacts) -> list[ThresholdState]:
+    """Each threshold checked against the record's figures, with the first live breach
+    the watch saw (the record's ``thresholds``)."""
+    states = evaluate(f.thresholds, metrics_from_record(f.load, f.telemetry), record_source(f.load))
+    first = {s.expr: s.first_breach_s for s in f.threshold_live}
+    return [s.model_copy(update={"first_breach_s": first.get(s.expr)}) for s in states]
+
+
+def _threshold_reasons(f: RunFacts, final: list[ThresholdState]) -> list[Reason]:
+    """Threshold reasons; when no load was measured (before gates failed, preflight, an
+    abort before the barrier) the verdict already says why, and a threshold that had
+    nothing to judge is a note, not an INVALID that would hide a server's FAILED."""
+    notes: list[Reason] = []
+    if f.load is None or not f.load.barrier_released:
+        notes = [
+            Reason(
+                code="threshold_not_evaluated",
+                effect="note",
+                message=f"threshold {st.condition} was not evaluated: no load ran",
+            )
+            for st in final
+            if st.state == "no_data"
+        ]
+        final = [st for st in final if st.state != "no_data"]
+    return threshold_reasons(final, f.threshold_live, f.threshold_abort) + notes
+
+
+def _soaktop_reasons(f: RunFacts) -> list[Reason]:
+    """The run directory could not be written; soaktop itself failed."""
     out: list[Reason] = []
-    if not load.barrier_released:
-        why = "; ".join(f"{n}× {msg}" for msg, n in load.worker_start_failures.items())
+    if f.storage_error is not None:
         out.append(
             Reason(
-                code="barrier_not_reached",
-                effect="invalid",
-                message=(
-                    f"only {load.workers_started} of {load.requested_concurrency} workers "
-                    f"started ({why or 'no reason recorded'}); no load was measured"
-                ),
+                code="storage_error",
+                effect="aborted",
+                message=f"the run directory could not be written: {f.storage_error}; "
+                "issuing stopped and in-flight requests were cut (exit 5)",
             )
         )
-        return out
-    if load.failed > f.max_failures:
-        by = ", ".join(
-            f"{n} {cls} ({_CLASS_WORDS[cls]})" if cls in _CLASS_WORDS else f"{n} {cls}"
-            for cls, n in load.failures_by_class.items()
+    out += [
+        Reason(
+            code="internal_error",
+            effect="invalid",
+            message=f"soaktop itself failed ({msg}); see runner.log",
         )
-        allowed = f" (allowed: {f.max_failures})" if f.max_failures else ""
-        out.append(
-            Reason(
-                code="load_failures",
-                effect="failed",
-                message=f"{load.failed} of {load.issued} load requests failed: {by}{allowed}",
-            )
-        )
-    if load.failed == 0 and load.completed > 0:
-        out.append(
-            Reason(
-                code="load_clean",
-                effect="note",
-                message=f"load: 0 failures in {load.issued:,} requests",
-            )
-        )
-    if load.completed == 0 and load.failed == 0 and f.aborted is None:
-        out.append(
-            Reason(
-                code="no_completed_requests",
-                effect="invalid",
-                message="the load window completed no request: nothing was measured",
-            )
-        )
-    if load.usage_missing:
-        out.append(
-            Reason(
-                code="usage_missing",
-                effect="note",
-                message=(
-                    f"{load.usage_missing} successful requests had no usage block: their "
-                    "tokens are unknown (not estimated)"
-                ),
-            )
-        )
-    if load.usage_disagrees:
-        out.append(
-            Reason(
-                code="usage_disagrees",
-                effect="note",
-                message=(
-                    f"{load.usage_disagrees} successful requests streamed more token chunks "
-                    f"than their usage reports (e.g. {load.usage_disagrees_example}): the "
-                    "server's usage looks wrong; token totals use it as reported"
-                ),
-            )
-        )
-    if load.empty_answers:
-        out.append(
-            Reason(
-                code="empty_answers",
-                effect="note",
-                message=(
-                    f"{load.empty_answers} successful requests streamed no token: the server "
-                    "said each generation finished (finish_reason, usage ≥ 1 token) at once"
-                ),
-            )
-        )
-    if load.stale_connection_retries:
-        out.append(
-            Reason(
-                code="stale_connection_retries",
-                effect="note",
-                message=(
-                    f"{load.stale_connection_retries} requests were resent once on a fresh "
-                    "connection: the server had closed the pooled connection before "
-                    "answering (no keep-alive, or its keep-alive timeout); a resend is no "
-                    "failure in itself, and is timed from the resend"
-                ),
-            )
-        )
-    if load.cancelled and load.cancel_cause == "drain deadline":
-        out.append(
-            Reason(
-                code="drain_deadline",
-                effect="failed",
-                message=(
-                    f"{load.cancelled} requests did not finish within the drain deadline "
-                    "(a stalled or overloaded server); they were cut by soaktop"
-                ),
-            )
-        )
-    elif load.cancelled:
-        out.append(
-            Reason(
-                code="cancelled",
-                effect="note",
-                message=(
-                    f"{load.cancelled} in-flight requests were cancelled by the {load.cancel_cause}"
-                ),
-            )
-        )
-    if load.backoffs:
-        out.append(
-            Reason(
-                code="backoff",
-                effect="note",
-                message=(
-                    f"workers paused {load.backoffs} times after failures that came before any "
-                    "token (a refusing or dead server): the load was lighter than requested then"
-                ),
-            )
-        )
-    if load.worker_errors:
-        why = "; ".join(f"{n}× {msg}" for msg, n in load.worker_errors.items())
-        out.append(
-            Reason(
-                code="worker_errors",
-                effect="invalid",
-                message=f"load workers died inside soaktop ({why}): the load was not held",
-            )
-        )
-    accounted = load.completed + load.failed + load.cancelled
-    if load.issued != accounted:
-        out.append(
-            Reason(
-                code="counters_inconsistent",
-                effect="invalid",
-                message=(
-                    f"{load.issued} requests issued but {accounted} journaled "
-                    f"({load.completed} completed, {load.failed} failed, "
-                    f"{load.cancelled} cancelled)"
-                ),
-            )
-        )
+        for msg in f.internal_errors
+    ]
     return out
+
+
+def _pause_notes(f: RunFacts) -> list[Reason]:
+    """A pause is part of the issue window: the throughput figures include it."""
+    spans = [p for p in f.phases if p.name == "paused"]
+    if not spans:
+        return []
+    total = sum((p.end_s or f.now_s or p.start_s) - p.start_s for p in spans)
+    return [
+        Reason(
+            code="paused",
+            effect="note",
+            message=f"the operator paused issuing {len(spans)}× for {total:.1f} s in all: "
+            "the issue window and its throughput figures include the pauses",
+        )
+    ]
 
 
 FAILURES_SHOWN = 3
@@ -210,7 +155,7 @@ def _describe_failure(g: GateFailure) -> str:
     return f"{g.label}{when} {g.reason} ({g.outcome})"
 
 
-def gate_reasons(f: Findings) -> list[Reason]:
+def gate_reasons(f: RunFacts) -> list[Reason]:
     """One reason per failed suite and phase, e.g. ``after-load json 23/24: json#7
     (invoice) HTTP 500: ... (availability)``; notes for retries and skipped phases."""
     out: list[Reason] = []
@@ -279,7 +224,7 @@ def gate_reasons(f: Findings) -> list[Reason]:
     return out
 
 
-def _health_reasons(f: Findings) -> list[Reason]:
+def _health_reasons(f: RunFacts) -> list[Reason]:
     h = f.health
     if h is None:
         return []
@@ -322,23 +267,3 @@ def _health_reasons(f: Findings) -> list[Reason]:
             )
         )
     return out
-
-
-def decide(f: Findings) -> tuple[Status, list[Reason]]:
-    """The status and the reasons, strongest first."""
-    reasons = [Reason(code="preflight", effect="failed", message=m) for m in f.preflight_errors]
-    if f.aborted is not None:
-        reasons.append(Reason(code="aborted", effect="aborted", message=f.aborted))
-    reasons += _load_reasons(f) + gate_reasons(f) + _health_reasons(f) + f.extra
-    order = {"aborted": 0, "invalid": 1, "failed": 2, "note": 3}
-    reasons.sort(key=lambda r: order[r.effect])
-    return status_of(reasons), reasons
-
-
-def status_of(reasons: list[Reason]) -> Status:
-    """The status that a list of reasons implies (the strongest effect)."""
-    effects = {r.effect for r in reasons}
-    for effect, status in _PRECEDENCE:
-        if effect in effects:
-            return status
-    return Status.PASSED

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from soak.judge import limits
 from soak.run.config_checks import file_problem, log_problem, out_problem, url_problem, which
 
 
@@ -99,11 +100,11 @@ class RunConfig(BaseModel):
     """Sliding window of the live throughput and latency figures."""
     interval_s: float = Field(10.0, ge=0.1, le=DAY_S)
     """Headless mode: seconds between printed status lines."""
-    percentile_method: Literal["nearest-rank", "linear"] = "nearest-rank"
+    percentile_method: Literal["nearest-rank", "linear"] = limits.PERCENTILE_METHOD
     """Record percentiles: nearest-rank (an observed value) or linear (numpy, vllm bench)."""
-    max_failures: int = Field(0, ge=0, le=1_000_000_000)
+    max_failures: int = Field(limits.MAX_FAILURES, ge=0, le=1_000_000_000)
     """Load request failures tolerated before the run FAILS (default: none)."""
-    max_loop_lag_s: float = Field(0.5, gt=0, le=3600)
+    max_loop_lag_s: float = Field(limits.MAX_LOOP_LAG_S, gt=0, le=3600)
     """Client event-loop lag (p99 over the load) above which latencies are the client's: INVALID."""
     headless: bool = False
     """Never open the Textual monitor; print status lines instead."""
@@ -176,10 +177,10 @@ class RunConfig(BaseModel):
     """PIDs of server processes on this host whose CPU and memory are sampled (host telemetry)."""
     telemetry_interval_s: float = Field(1.0, ge=0.1, le=60)
     """Sampling interval of the engine /metrics, GPU and host sources."""
-    max_client_cpu_percent: float = Field(95.0, gt=0, le=1000)
+    max_client_cpu_percent: float = Field(limits.MAX_CLIENT_CPU_PERCENT, gt=0, le=1000)
     """Runner CPU (percent of one core, where its event loop runs) above which, held for
     client_overload_s, the client could not keep up: the run is INVALID."""
-    client_overload_s: float = Field(10.0, gt=0, le=LONGEST_S)
+    client_overload_s: float = Field(limits.CLIENT_OVERLOAD_S, gt=0, le=LONGEST_S)
     """How long client CPU over max_client_cpu_percent must last to make the run INVALID."""
     require_telemetry: list[str] = Field(default_factory=list, max_length=5)
     """Telemetry kinds that must cover the load (engine, gpu, health, log, host): one that

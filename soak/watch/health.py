@@ -34,9 +34,8 @@ import httpx
 from probes.health import HealthSample, HealthTracker, check_health
 from probes.server_log import CommandFollower, LogFault, LogFollower, classify
 from soak.judge.coverage import Coverage, LoadWindow
+from soak.judge.faults import fault_reasons as fault_reasons
 from soak.record.events import EventLog
-from soak.record.faults import when
-from soak.record.models import Reason
 from soak.watch.periodic import every, poll_timeout
 
 FAULT_EVENTS_PER_KIND = 5
@@ -326,67 +325,3 @@ class FaultWatch:
                 for s in self.logs
             ],
         }
-
-
-def fault_reasons(
-    telemetry: dict[str, Any], load_start_s: float | None = None, client_overload_s: float = 10.0
-) -> list[Reason]:
-    """Critical server-log faults and /health outages fail the run; other fault lines
-    (a traceback the server survived) are notes. Times are relative to the load's start.
-    /health checks the client could not send are the client's (``health_client_error``):
-    a note, INVALID when they went on for ``client_overload_s``."""
-    out: list[Reason] = []
-    for src in telemetry.get("server_logs", []):
-        for kind, first in src.get("first", {}).items():
-            n = src["faults"].get(kind, 1)
-            more = f" (+{n - 1} more)" if n > 1 else ""
-            out.append(
-                Reason(
-                    code="server_fault" if first["severity"] == "critical" else "server_log_error",
-                    effect="failed" if first["severity"] == "critical" else "note",
-                    message=f"{src['source']}: {first['summary']} "
-                    f"{when(first['t_s'], load_start_s)}{more}: {first['line'][:160]}",
-                )
-            )
-    for h in telemetry.get("health", []):
-        if h.get("client_errors"):
-            out.append(_client_error_reason(h, client_overload_s))
-        if not h.get("failures"):
-            continue
-        kinds = h.get("failures_by_kind") or {}
-        # A /health slower than its timeout (0.8 × the interval, at most 5 s) is an
-        # overloaded API server, not a dead one: a note.
-        slow_only = set(kinds) == {"timeout"}
-        by = ", ".join(f"{n}× {k}" for k, n in kinds.items())
-        out.append(
-            Reason(
-                code="health_slow" if slow_only else "health_outage",
-                effect="note" if slow_only else "failed",
-                message=f"endpoint {h['endpoint']} /health failed {h['failures']} of "
-                f"{h['checks']} checks ({by}; longest outage "
-                f"{h.get('longest_outage_s') or 0:.1f} s)",
-            )
-        )
-    return out
-
-
-def _client_error_reason(h: dict[str, Any], client_overload_s: float) -> Reason:
-    """The client ran out of sockets (file descriptors, ports) checking /health: its own
-    health, never the server's; sustained, the run's measurements cannot be trusted."""
-    kinds = h["client_errors"]
-    n = sum(kinds.values())
-    longest = float(h.get("client_errors_longest_s") or 0.0)
-    sustained = longest >= client_overload_s
-    by = ", ".join(f"{k} {c}×" for k, c in kinds.items())
-    tail = (
-        f" for {longest:.0f} s (limit {client_overload_s:g} s): the client was out of "
-        "resources, so its measurements cannot be trusted"
-        if sustained
-        else " (the client's own failure, not the server's)"
-    )
-    return Reason(
-        code="health_client_error",
-        effect="invalid" if sustained else "note",
-        message=f"endpoint {h['endpoint']} /health: soaktop could not send {n} checks "
-        f"({by}){tail}; raise the open-files limit (ulimit -n)",
-    )

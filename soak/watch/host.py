@@ -24,6 +24,7 @@ import psutil
 
 from probes.host import HostSample, ProcessSampler
 from soak.judge.coverage import Coverage, LoadWindow
+from soak.judge.limits import MAX_CLIENT_CPU_PERCENT
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter
 
@@ -62,7 +63,7 @@ class HostWatch:
         journal: JsonlWriter,
         events: EventLog,
         server_pids: list[int] | None = None,
-        max_client_cpu_percent: float = 95.0,
+        max_client_cpu_percent: float = MAX_CLIENT_CPU_PERCENT,
         interval_s: float = 1.0,
         window: LoadWindow | None = None,
     ) -> None:

@@ -27,16 +27,18 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from probes.dcgm import GpuReading
+from probes.gpu_reading import GpuReading
 from probes.xid import xid_meaning
+from soak.judge.faults import MAX_GPU_REASONS
 from soak.record.events import EventLog, Severity
 from soak.record.models import Reason
 
 MAX_XID_EVENTS_PER_GPU = 50
 """The record keeps this many Xid changes per GPU (a flapping gauge must not grow the
 record without bound); later ones are counted in ``xid_events_dropped``."""
-MAX_REASONS = 50
-"""At most this many fault reasons reach the verdict; one more says how many were left out."""
+MAX_REASONS = MAX_GPU_REASONS
+"""At most this many fault reasons reach the verdict; one more says how many were left out
+(the judge's cap, which finalize, recover and verify apply to the events)."""
 
 _Effect = Literal["failed", "note"]
 
@@ -317,7 +319,10 @@ class GpuLedger:
         """A ``fault`` event now (``kind``: xid, ecc_uncorrectable, row_remap,
         row_remap_failed, gpu_lost, gpu_missing) and a ``gpu_fault`` reason for the verdict."""
         g.faults += 1
-        self._events.emit("fault", message, severity, **(self.data(g) | {"fault": kind} | data))
+        # The verdict's words and effect travel with the event: finalize, recover and verify
+        # all judge GPU faults from events.jsonl (soak.judge.faults.gpu_fault_reasons).
+        verdict = {"fault": kind, "reason": reason, "effect": effect}
+        self._events.emit("fault", message, severity, **(self.data(g) | verdict | data))
         if len(self._reasons) < MAX_REASONS:
             self._reasons.append(Reason(code="gpu_fault", effect=effect, message=reason))
         else:
