@@ -3,7 +3,7 @@
 Anyone who can write to the run directory (the TUI, ``soaktop`` commands, a shell over a
 new SSH session) can append ``{"cmd": CMD, "note": "..."}`` with CMD one of stop, abort,
 pause, resume, mark; the runner reads new lines once per snapshot tick. Signals remain the
-other channel.
+other channel; :class:`soak.run.stops.RunControls` turns both into the run's stop.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ import httpx
 import orjson
 
 from probes.gates import PHASE_WORDS, GatePlan, GateRunner, SuiteGate, summarize
-from probes.probe import Exchange, Outcome, ProbeOptions, ProbeResult, ProbeSender
+from probes.probe import ProbeOptions, ProbeSender
+from probes.probe_record import Exchange, Outcome, ProbeResult
 from probes.suite import Suite, Task
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter, read_jsonl

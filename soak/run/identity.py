@@ -3,17 +3,26 @@
 Control-plane calls use httpx (explicit timeouts); only the load's streaming hot path uses
 aiohttp. An endpoint that does not answer is recorded as unreachable with the error, and
 the runner turns that into a FAILED preflight instead of a load against nothing.
+:func:`build_identity` is the record's ``identity`` section made of those answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import platform
+import socket
 
 import httpx
+import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from probes.engine_metrics import get_page
-from soak.record.models import EndpointIdentity
+from soak import __version__
+from soak.record.gpu_telemetry import GpuIdentity
+from soak.record.models import EndpointIdentity, Identity
+from soak.record.sections import HostFacts, PromptPoolFacts, RunClock, ServedModel
+from soak.run.state import RunState, Watchers
 
 _ENGINE_PREFIXES = (
     ("vllm:", "vllm"),
@@ -64,7 +73,9 @@ async def probe_endpoint(client: httpx.AsyncClient, base: str) -> EndpointIdenti
         return ident
     try:
         data = r.json().get("data", [])
-        ident.models = [{"id": m.get("id"), "max_model_len": m.get("max_model_len")} for m in data]
+        ident.models = [
+            ServedModel(id=m.get("id"), max_model_len=m.get("max_model_len")) for m in data
+        ]
     except (ValueError, AttributeError):
         ident.error = "/v1/models did not answer the OpenAI list shape"
     try:
@@ -106,3 +117,52 @@ async def count_tokens(base: str, model: str, text: str, headers: dict[str, str]
     except ValueError:
         return None
     return int(count) if isinstance(count, int) else None
+
+
+def config_sha256(public_config: dict[str, object]) -> str:
+    """Hash of the (public) configuration, key order independent."""
+    return hashlib.sha256(orjson.dumps(public_config, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def build_identity(state: RunState, watchers: Watchers) -> Identity:
+    """The record's identity section (also written as ``identity.json`` before the load,
+    so ``soaktop recover`` has it if the runner dies)."""
+    cfg = state.config
+    served = any(cfg.model in {m.id for m in ep.models} for ep in state.endpoints)
+    engine = cfg.engine or next((e.engine for e in state.endpoints if e.engine), None)
+    eps = state.endpoints
+    host: dict[str, object] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        # uvloop or asyncio: part of the client's measured CPU cost per token
+        "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+    }
+    red = state.redactor
+    if cfg.redact:
+        eps = [e.model_copy(update={"url": f"<endpoint {i}>"}) for i, e in enumerate(eps)]
+    # With --redact the host's pseudonym: runs of one machine stay comparable.
+    host["hostname"] = red.learn("host", socket.gethostname())
+    identity = Identity(
+        model=cfg.model,
+        model_served=served,
+        engine=engine or "unknown",
+        endpoints=eps,
+        config_sha256=config_sha256(red.obj(cfg.public_dict())),  # as config.json has it
+        prompt_pool=PromptPoolFacts.model_validate(_pool_facts(state)),
+        soaktop_version=__version__,
+        host=HostFacts.model_validate(host),
+        clock=RunClock.model_validate(state.clock),
+        gpus=[
+            GpuIdentity.model_validate(g) for src in watchers.gpu_sources for g in src.identity()
+        ],
+    )
+    return red.model(identity)  # every string: a /version or model id may name paths, hosts
+
+
+def _pool_facts(state: RunState) -> dict[str, object]:
+    if state.pool is None:
+        return {}
+    facts = state.pool.describe()
+    if state.config.redact:  # the file path is the operator's, not part of the result
+        facts["source"] = str(facts["source"]).split(":", 1)[0] + ":<redacted>"
+    return facts

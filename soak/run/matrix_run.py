@@ -1,4 +1,4 @@
-"""Runs the matrix profile inside the runner: per cell a warm-up, then R timed repetitions
+"""The matrix profile, the run's other load plan: per cell a warm-up, then R timed repetitions
 of K requests at the cell's concurrency, each bounded by engine counter snapshots.
 
 Every request is journaled in ``requests.jsonl`` (phase ``warmup`` or ``matrix``; its id
@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -34,10 +34,9 @@ from soak.record.matrix import (
     pool_cell,
 )
 from soak.run.identity import count_tokens
+from soak.run.request_sink import RequestSink
+from soak.run.state import RunParts
 from soak.watch.gpu.sources import gpu_entries
-
-if TYPE_CHECKING:
-    from soak.run.runner import Runner
 
 SAMPLE_S = 0.25
 _ID = re.compile(r"/matrix/c(\d+)/(r(\d+)|warmup)/\d+$")
@@ -57,17 +56,23 @@ def parse_request_id(request_id: str) -> tuple[int, int | None] | None:
 
 
 class MatrixRun:
-    """One matrix profile, driven by the runner (its journals, watches and stop flags)."""
+    """The matrix profile as the run's load plan: it writes the cells, the current batch's
+    generator and the request phase into the run's state, and its requests go to the same
+    sink as a steady load's."""
 
-    def __init__(self, runner: Runner, spec: MatrixSpec, headers: dict[str, str]) -> None:
-        self.runner = runner
+    def __init__(
+        self, parts: RunParts, sink: RequestSink, spec: MatrixSpec, headers: dict[str, str]
+    ) -> None:
+        self.parts = parts
+        self.state = parts.state
+        self.sink = sink
         self.spec = spec
         self.headers = headers
-        cfg = runner.config
+        cfg = self.state.config
         self.summary = MatrixSummary(
             spec=spec, max_tokens=cfg.max_tokens, reasoning=cfg.reasoning_effort
         )
-        runner.matrix = self.summary  # a crash mid-matrix still records the cells done
+        self.state.matrix = self.summary  # a crash mid-matrix still records the cells done
         self.bodies = BodyBuilder(
             model=cfg.model,
             api=cfg.api,
@@ -81,7 +86,7 @@ class MatrixRun:
         """Every cell in order; a stop or abort leaves the remaining cells ``not_run``."""
         cells = self.spec.cells()
         for index, (tokens, concurrency) in enumerate(cells):
-            if self.runner.stop_asked is not None:
+            if self.state.stop_asked is not None:
                 self.summary.not_run += [f"~{n} / C{c}" for n, c in cells[index:]]
                 break
             cell = CellResult(
@@ -90,13 +95,13 @@ class MatrixRun:
                 concurrency=concurrency,
                 prompt_pool_sha256="",
             )
-            self.runner.matrix_cells.append(cell)  # live: its reps time the faults
+            self.state.matrix_cells.append(cell)  # live: its reps time the faults
             await self._cell(cell)
             self.summary.cells.append(pool_cell(cell))
         return self.summary
 
     async def _pool(self, tokens: int, count: int) -> PromptPool:
-        cfg = self.runner.config
+        cfg = self.state.config
         base = cfg.endpoints[0]
 
         async def counter(text: str) -> int | None:
@@ -112,7 +117,7 @@ class MatrixRun:
         )
 
     async def _cell(self, cell: CellResult) -> None:
-        spec, runner = self.spec, self.runner
+        spec, st = self.spec, self.state
         index, tokens, concurrency = cell.index, cell.input_tokens_target, cell.concurrency
         warm = spec.warmup * concurrency
         pool = await self._pool(tokens, warm + spec.reps * spec.requests)
@@ -121,26 +126,26 @@ class MatrixRun:
         label = f"~{tokens} / C{concurrency}"
         prompts = iter(pool.prompts)
         if warm:
-            runner.enter(
+            st.enter(
                 "warmup",
                 f"cell {index} ({label}): {warm} warm-up requests, untimed",
                 cell=index,
                 pool_sha256=pool.sha256,
             )
-            runner.request_phase = "warmup"
+            st.request_phase = "warmup"
             results = await self._batch(index, None, concurrency, _take(prompts, warm), pool)
             cell.warmup_failed = sum(1 for r in results if r.failure is not None)
         for rep in range(1, spec.reps + 1):
-            if runner.stop_asked is not None:
+            if st.stop_asked is not None:
                 break
-            runner.enter(
+            st.enter(
                 "matrix",
                 f"cell {index} ({label}) rep {rep}/{spec.reps}",
                 cell=index,
                 rep=rep,
                 pool_sha256=pool.sha256,
             )
-            runner.request_phase = "matrix"
+            st.request_phase = "matrix"
             cell.reps.append(
                 await self._rep(index, rep, concurrency, _take(prompts, spec.requests), pool)
             )
@@ -148,19 +153,19 @@ class MatrixRun:
     async def _rep(
         self, cell: int, rep: int, concurrency: int, prompts: tuple[Any, ...], pool: PromptPool
     ) -> RepResult:
-        engines = self.runner.engines
+        engines = self.parts.watchers.engines
         before = await engines.settled_counters(pause_s=0.25) if engines else None
         peaks: dict[str, float] = {}
         sampler = asyncio.create_task(self._sample(peaks))
-        start = self.runner.now_s()
+        start = self.state.now_s()
         try:
             results = await self._batch(cell, rep, concurrency, prompts, pool)
         finally:
             sampler.cancel()
             await asyncio.gather(sampler, return_exceptions=True)
-        end = self.runner.now_s()
+        end = self.state.now_s()
         after = await engines.settled_counters(pause_s=0.25) if engines else None
-        out = rep_from_results(rep, results, self.runner.origin_ns)
+        out = rep_from_results(rep, results, self.state.origin_ns)
         out.start_s, out.end_s = start, end
         out.max_running = peaks.get("running")
         out.min_free_mib = peaks.get("min_free_mib")
@@ -176,26 +181,26 @@ class MatrixRun:
             f"cell {cell} rep {rep}",
             failed,
             engines.restarts if engines else None,  # a restart inside: unavailable, not a gap
-            self.runner.load_start_s(),
+            self.state.load_start_s(),
         )
         return out
 
     async def _sample(self, peaks: dict[str, float]) -> None:
         """Engine occupancy (running, all endpoints) and the lowest free GPU memory."""
-        runner = self.runner
+        st, watchers = self.state, self.parts.watchers
         while True:
-            gen = runner.gen
+            gen = st.gen
             if gen is None or gen.state.in_flight == 0:
                 # sample while requests are out: between batches the engine reads idle
                 await asyncio.sleep(0.01)
                 continue
-            if runner.engines is not None:
-                samples = await runner.engines.scrape_all()
+            if watchers.engines is not None:
+                samples = await watchers.engines.scrape_all()
                 running = [s.values.get("running") for s in samples if s.error is None]
                 total = sum(v for v in running if v is not None) if running else None
                 if total is not None and total > peaks.get("running", -1.0):
                     peaks["running"] = total
-            for g in gpu_entries(runner.gpu_sources, "view") if runner.gpu_sources else []:
+            for g in gpu_entries(watchers.gpu_sources, "view") if watchers.gpu_sources else []:
                 free = g.get("memory_free_mib")
                 if isinstance(free, int | float) and free < peaks.get("min_free_mib", 1e18):
                     peaks["min_free_mib"] = float(free)
@@ -210,12 +215,12 @@ class MatrixRun:
         pool: PromptPool,
     ) -> list[RequestResult]:
         """``len(prompts)`` requests, closed loop at ``concurrency`` (at most one per prompt)."""
-        runner, cfg = self.runner, self.runner.config
+        st, cfg = self.state, self.state.config
         results: list[RequestResult] = []
 
         def on_result(r: RequestResult) -> None:
             results.append(r)
-            runner.on_result(r)
+            self.sink.on_result(r)
 
         plan = LoadPlan(
             endpoints=tuple(cfg.endpoints),
@@ -224,7 +229,7 @@ class MatrixRun:
             max_requests=len(prompts),
             drain_timeout_s=cfg.drain_timeout_s,
             barrier_timeout_s=cfg.barrier_timeout_s,
-            request_id_prefix=request_prefix(runner.run_id, cell, rep),
+            request_id_prefix=request_prefix(st.run_id, cell, rep),
             backoff_max_s=cfg.failure_backoff_max_s,
         )
         sub = PromptPool(prompts, source=pool.source, unique_prefix=True)
@@ -235,11 +240,11 @@ class MatrixRun:
             headers=self.headers,
         ) as client:
             gen = LoadGenerator(plan, client, sub, self.bodies, on_result)
-            runner.gen = gen
-            if runner.matrix_start_ns is None:
-                runner.matrix_start_ns = time.perf_counter_ns()
+            st.gen = gen
+            if st.matrix_start_ns is None:
+                st.matrix_start_ns = time.perf_counter_ns()
             started = await gen.start_workers()
-            if started and runner.stop_asked is None:
+            if started and st.stop_asked is None:
                 await gen.run()
             else:
                 await gen.cancel_unstarted()
@@ -248,7 +253,7 @@ class MatrixRun:
                     where = "warm-up" if rep is None else f"rep {rep}"
                     self.summary.barrier_failures.append(
                         f"cell {cell} {where}: {gen.state.workers_started} of "
-                        f"{plan.concurrency} workers started ({runner.redactor.text(why)})"
+                        f"{plan.concurrency} workers started ({st.redactor.text(why)})"
                     )
         return results
 
