@@ -4,6 +4,11 @@ Rebuilds the timing from ``events.jsonl`` (phase and barrier events), the load s
 from ``requests.jsonl`` and the gates from ``probes.jsonl`` (a torn last line is
 ignored), marks the run ABORTED with the reason "runner killed", and never edits the
 journals: their hashes go into the record.
+
+The verdict is the one judge's (:func:`soak.judge.verdict.judge`), on the facts the
+journals hold (:mod:`soak.after.journal_facts`): the faults the events name (server-log
+faults, restarts, /health outages, GPU faults) give the reasons finalize would have
+given, and the thresholds are judged on the figures the journals keep.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from typing import Any
 
 import psutil
 
-from probes.gates import gates_json
-from soak.judge.matrix import matrix_reasons
-from soak.judge.verdict import Findings, decide
+from soak.after.journal_facts import RunJournals, config_thresholds, recovered_facts
+from soak.judge.limits import percentile_method
+from soak.judge.thresholds import Threshold, ThresholdError
+from soak.judge.verdict import judge
 from soak.record.faults import faults_from_events, load_start
 from soak.record.journal import read_jsonl, release_reserve, repair_tail, storage_words
 from soak.record.models import (
@@ -39,6 +45,7 @@ from soak.record.run_dir import (
     load_run_config,
     record_problem,
 )
+from soak.record.sections import Fault
 from soak.record.summary import LoadTiming, summarize_load
 from soak.run.finalize import run_files
 from soak.run.gate_session import gates_from_journal
@@ -92,12 +99,12 @@ def _put_back(cut: dict[Path, bytes]) -> None:
 
 
 def _timing_from_events(
-    run_dir: Path, config: dict[str, Any]
+    run_dir: Path, events: list[dict[str, Any]], config: dict[str, Any]
 ) -> tuple[LoadTiming | None, list[PhaseSpan]]:
     phases: list[PhaseSpan] = [PhaseSpan(name="identity", start_s=0.0)]
     barrier: dict[str, Any] = {}
     last_t = 0.0
-    for ev in read_jsonl(run_dir / "events.jsonl"):
+    for ev in events:
         last_t = max(last_t, ev.get("t", 0.0))
         if ev.get("kind") == "phase":
             phases[-1].end_s = ev["t"]
@@ -146,11 +153,9 @@ def _live_runner(run_dir: Path) -> int | None:
         return None
 
 
-def _in_flight_at_death(run_dir: Path, journaled: int) -> int:
+def _in_flight_at_death(journals: RunJournals, journaled: int) -> int:
     """Requests issued (per the last snapshot) that never reached the journal."""
-    issued = 0
-    for snap in read_jsonl(run_dir / "snapshots.jsonl"):
-        issued = int(snap.get("load", {}).get("issued", 0))
+    issued = int(((journals.last_snapshot or {}).get("load") or {}).get("issued", 0))
     return max(0, issued - journaled)
 
 
@@ -191,12 +196,68 @@ def recover_run(run_dir: Path) -> RunRecord:
 
 def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRecord:
     """The record from the journals (their torn tails already cut), written."""
-    timing, phases = _timing_from_events(run_dir, config)
-    method = config.get("percentile_method", "nearest-rank")
-    load = summarize_load(run_dir / "requests.jsonl", timing, method) if timing else None
-    lost = _in_flight_at_death(run_dir, timing.issued) if timing else 0
-    notes = torn
-    if lost:
+    journals = RunJournals.read(run_dir)
+    timing, phases = _timing_from_events(run_dir, journals.events, config)
+    load = (
+        summarize_load(run_dir / "requests.jsonl", timing, percentile_method(config))
+        if timing
+        else None
+    )
+    gates, bad_lines = gates_from_journal(run_dir)
+    matrix = matrix_from_journals(run_dir, config)
+    verdict = judge(
+        recovered_facts(
+            config,
+            journals,
+            load=load,
+            matrix=matrix,
+            gates=gates,
+            phases=phases,
+            thresholds=_thresholds(config),
+            notes=torn + _journal_notes(run_dir, journals, timing, bad_lines),
+        )
+    )
+    identity, damaged = _identity(run_dir)
+    reasons = verdict.reasons + damaged
+    faults = faults_from_events(journals.events, load_start(load, matrix))
+    record = RunRecord(
+        run_id=run_dir.name,
+        status=verdict.status,
+        reasons=reasons,
+        exit_code=exit_code_for(verdict.status, reasons),
+        config=config,
+        identity=identity,
+        load=load,
+        matrix=matrix,
+        gates=gates,
+        thresholds=verdict.thresholds,
+        faults=[Fault.model_validate(f) for f in faults],
+        phases=phases,
+        started_at=_first_wall(journals.events) or "",
+        ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        recovered=True,
+        files=run_files(run_dir),
+    )
+    _write(run_dir, record)
+    return record
+
+
+def _thresholds(config: dict[str, Any]) -> list[Threshold]:
+    """The run's thresholds (none when its config holds ones this soaktop cannot parse:
+    the runner refused such a config, so it did not write this one)."""
+    try:
+        return config_thresholds(config)
+    except ThresholdError:
+        return []
+
+
+def _journal_notes(
+    run_dir: Path, journals: RunJournals, timing: LoadTiming | None, bad_lines: list[str]
+) -> list[Reason]:
+    """What recover found in the journals: requests in flight when the runner died, lines
+    that could not be read."""
+    notes: list[Reason] = []
+    if timing is not None and (lost := _in_flight_at_death(journals, timing.issued)):
         notes.append(
             Reason(
                 code="in_flight_at_death",
@@ -204,67 +265,32 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
                 message=f"{lost} requests were in flight when the runner died: outcome unknown",
             )
         )
-    gates, bad_lines = gates_from_journal(run_dir)
     notes += [Reason(code="journal_damaged", effect="note", message=m) for m in bad_lines]
     notes += [
         Reason(code="journal_damaged", effect="note", message=m)
         for m in journal_problems(run_dir, tuple(j for j in JOURNALS if j != "probes.jsonl"))
     ]
-    matrix = matrix_from_journals(run_dir, config)
-    if matrix is not None:
-        notes += matrix_reasons(matrix, int(config.get("max_failures", 0)), aborted=True)
-    faults = faults_from_events(read_jsonl(run_dir / "events.jsonl"), load_start(load, matrix))
-    critical = [f for f in faults if f["severity"] == "critical"]
-    if critical:
-        notes.append(
-            Reason(
-                code="faults_before_death",
-                effect="failed",
-                message=f"{len(critical)} critical fault(s) before the runner died, first: "
-                f"{critical[0]['detail']} (see faults)",
-            )
+    return notes
+
+
+def _identity(run_dir: Path) -> tuple[Identity | None, list[Reason]]:
+    """identity.json (written before the load), or None with a note when it is damaged."""
+    if not (run_dir / "identity.json").exists():
+        return None, []
+    try:
+        return Identity.model_validate_json((run_dir / "identity.json").read_bytes()), []
+    except (OSError, ValueError):  # damaged: the record says so and goes on without it
+        note = Reason(
+            code="journal_damaged",
+            effect="note",
+            message="identity.json is damaged (not the identity JSON the runner "
+            "writes): the record has no identity",
         )
-    status, reasons = decide(
-        Findings(
-            load=load,
-            aborted="runner killed: no record was written; recovered from the journals",
-            max_failures=int(config.get("max_failures", 0)),
-            gates=gates,
-            gates_configured=list(config.get("gates") or []),
-            force_load=bool(config.get("force_load")),
-            extra=notes,
-        )
-    )
-    identity = None
-    if (run_dir / "identity.json").exists():
-        try:
-            identity = Identity.model_validate_json((run_dir / "identity.json").read_bytes())
-        except (OSError, ValueError):  # damaged: the record says so and goes on without it
-            reasons.append(
-                Reason(
-                    code="journal_damaged",
-                    effect="note",
-                    message="identity.json is damaged (not the identity JSON the runner "
-                    "writes): the record has no identity",
-                )
-            )
-    record = RunRecord(
-        run_id=run_dir.name,
-        status=status,
-        reasons=reasons,
-        exit_code=exit_code_for(status, reasons),
-        config=config,
-        identity=identity,
-        load=load,
-        matrix=matrix,
-        gates=gates_json(gates),
-        faults=faults,
-        phases=phases,
-        started_at=_first_wall(run_dir) or "",
-        ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
-        recovered=True,
-        files=run_files(run_dir),
-    )
+        return None, [note]
+
+
+def _write(run_dir: Path, record: RunRecord) -> None:
+    """record.json then summary.csv, into the space a killed runner held; all or nothing."""
     release_reserve(run_dir)  # a runner killed mid-run leaves the space it held
     try:
         write_record(run_dir, record)
@@ -275,10 +301,10 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
             f"cannot write the record into {run_dir}: {storage_words(e)}; nothing was "
             "changed; free some space and run soaktop recover again"
         ) from None
-    return record
 
 
-def _first_wall(run_dir: Path) -> str | None:
-    for ev in read_jsonl(run_dir / "events.jsonl"):
-        return ev.get("wall")
+def _first_wall(events: list[dict[str, Any]]) -> str | None:
+    for ev in events:
+        wall = ev.get("wall")
+        return str(wall) if wall is not None else None
     return None

@@ -1,9 +1,15 @@
 """``soaktop verify RUN_DIR``: does the record agree with the journals it was made from?
 
 Checks each journal's and evidence file's sha256 against ``record.files``, recomputes the
-load summary from ``requests.jsonl`` and the gates from ``probes.jsonl`` with the same
-functions the runner used, and the verdict reasons that follow from them. Exit 0 when everything
-agrees, 1 with the list of differences otherwise.
+load summary from ``requests.jsonl``, the gates from ``probes.jsonl`` and the faults from
+``events.jsonl`` with the same functions the runner used, then judges the run again with
+the one judge (:func:`soak.judge.verdict.judge`) and compares every reason with the
+record's, word for word, GPU faults included. Exit 0 when everything agrees, 1 with the
+list of differences otherwise.
+
+A few reasons state facts only the record holds (:data:`RECORD_ONLY`: the preflight's
+and the abort's words, soaktop's own failures, a full disk, what recover found in the
+journals before it cut a torn tail): they are taken as the record gives them.
 """
 
 from __future__ import annotations
@@ -14,28 +20,58 @@ from pathlib import Path
 from typing import Any
 
 from probes.gates import SuiteGate, gates_json
-from soak.judge.coverage import coverage_problems, coverage_reasons
-from soak.judge.matrix import matrix_reasons
-from soak.judge.reconcile import reconcile_reasons
-from soak.judge.thresholds import (
-    ThresholdError,
-    evaluate,
-    metrics_from_record,
-    parse_thresholds,
-    record_source,
-)
-from soak.judge.verdict import Findings, decide, status_of
+from soak.after.journal_facts import RunJournals, as_json, config_thresholds, record_facts
+from soak.judge.coverage import coverage_problems
+from soak.judge.facts import Judgement
+from soak.judge.faults import gpu_faults_judgeable
+from soak.judge.limits import percentile_method
+from soak.judge.thresholds import Threshold, ThresholdError
+from soak.judge.verdict import judge, status_of
 from soak.record.faults import faults_from_events
 from soak.record.faults import load_start as faults_load_start
 from soak.record.journal import read_jsonl, sha256_file
-from soak.record.models import LoadSummary, RunRecord, Status, exit_code_for
+from soak.record.models import LoadSummary, Reason, RunRecord, exit_code_for
 from soak.record.run_dir import RunDirError, journal_problems, load_run_record
 from soak.record.summary import LoadTiming, summarize_load
 from soak.run.finalize import HASHED_FILES
 from soak.run.gate_session import gates_from_journal
 from soak.run.matrix_run import matrix_from_journal
-from soak.watch.engine import restart_reasons
-from soak.watch.health import fault_reasons
+
+RECORD_ONLY = frozenset(
+    {
+        "preflight",
+        "aborted",
+        "internal_error",
+        "storage_error",
+        "record_truncated",
+        "journal_torn_tail",
+        "journal_damaged",
+        "in_flight_at_death",
+    }
+)
+"""Reasons whose facts only the record holds: taken as given, not re-derived."""
+LEGACY_RECOVERED = "faults_before_death"
+"""What recover said of faults before the one verdict path (one reason for them all)."""
+FAULT_CODES = frozenset(
+    {
+        "server_fault",
+        "server_log_error",
+        "health_outage",
+        "health_slow",
+        "health_client_error",
+        "server_restart",
+        "gpu_fault",
+    }
+)
+THRESHOLD_CODES = frozenset(
+    {
+        "threshold",
+        "threshold_abort",
+        "threshold_breached_live",
+        "threshold_no_data",
+        "threshold_not_evaluated",
+    }
+)
 
 
 def _diff(path: str, a: Any, b: Any, out: list[str]) -> None:
@@ -71,6 +107,30 @@ def verify_run(run_dir: Path) -> list[str]:
 
 
 def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
+    problems = _hash_problems(run_dir, rec)
+    again = _load_again(run_dir, rec, problems)
+    gates, bad_lines = gates_from_journal(run_dir)
+    problems += bad_lines
+    _diff("gates", gates_json(rec.gates), gates_json(gates), problems)
+    _check_evidence(run_dir, rec, problems)
+    journals = RunJournals.read(run_dir)
+    faults = faults_from_events(journals.events, faults_load_start(again, rec.matrix))
+    _diff("faults", {"faults": as_json(rec.faults)}, {"faults": faults}, problems)
+    problems += coverage_problems(as_json(rec.telemetry))
+    _check_verdict(rec, journals, again, gates, problems)
+    implied = status_of(rec.reasons)
+    if rec.status is not implied:
+        problems.append(f"status: record {rec.status.value}, its reasons imply {implied.value}")
+    if rec.exit_code != exit_code_for(rec.status, rec.reasons):
+        problems.append(
+            f"exit_code: record {rec.exit_code}, the verdict implies "
+            f"{exit_code_for(rec.status, rec.reasons)}"
+        )
+    return problems
+
+
+def _hash_problems(run_dir: Path, rec: RunRecord) -> list[str]:
+    """Every journal and evidence file hashed in the record, and hashed the same now."""
     problems: list[str] = []
     for name in HASHED_FILES:
         if (run_dir / name).exists() and name not in rec.files:
@@ -83,14 +143,20 @@ def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
             problems.append(
                 f"{name}: sha256 {actual[:12]}… differs from the record's {digest[:12]}…"
             )
-    again = None
+    return problems
+
+
+def _load_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> LoadSummary | None:
+    """The load summary (or the matrix) recomputed from requests.jsonl, compared."""
     if rec.load is not None:
-        method = rec.config.get("percentile_method", "nearest-rank")
         again = summarize_load(
-            run_dir / "requests.jsonl", LoadTiming.from_summary(rec.load), method
+            run_dir / "requests.jsonl",
+            LoadTiming.from_summary(rec.load),
+            percentile_method(rec.config),
         )
         _diff("load", rec.load.model_dump(mode="json"), again.model_dump(mode="json"), problems)
-    elif rec.matrix is not None:
+        return again
+    if rec.matrix is not None:
         again_matrix = matrix_from_journal(run_dir, rec.matrix)
         _diff(
             "matrix",
@@ -100,67 +166,7 @@ def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
         )
     elif any(True for _ in read_jsonl(run_dir / "requests.jsonl")):
         problems.append("requests.jsonl holds requests but the record has no load summary")
-    gates, bad_lines = gates_from_journal(run_dir)
-    problems += bad_lines
-    _diff("gates", rec.gates, gates_json(gates), problems)
-    _check_evidence(run_dir, rec, problems)
-    faults = faults_from_events(
-        read_jsonl(run_dir / "events.jsonl"), faults_load_start(again, rec.matrix)
-    )
-    _diff("faults", {"faults": rec.faults}, {"faults": faults}, problems)
-    _check_thresholds(rec, again, problems)
-    problems += coverage_problems(rec.telemetry)
-    _check_verdict(rec, again, gates, problems)
-    implied = status_of(rec.reasons)
-    if rec.status is not implied:
-        problems.append(f"status: record {rec.status.value}, its reasons imply {implied.value}")
-    if rec.exit_code != exit_code_for(rec.status, rec.reasons):
-        problems.append(
-            f"exit_code: record {rec.exit_code}, the verdict implies "
-            f"{exit_code_for(rec.status, rec.reasons)}"
-        )
-    return problems
-
-
-# Reasons that follow from the journals, the config and the telemetry summary alone
-# (recomputable here); their messages must match word for word.
-_DERIVED = {
-    "barrier_not_reached",
-    "load_failures",
-    "no_completed_requests",
-    "usage_missing",
-    "usage_disagrees",
-    "empty_answers",
-    "stale_connection_retries",
-    "drain_deadline",
-    "backoff",
-    "cancelled",
-    "worker_errors",
-    "counters_inconsistent",
-    "client_overloaded",
-    "client_cpu_overloaded",
-    "in_flight_short",
-    "load_clean",
-    "gate_failed",
-    "gate_client_error",
-    "gate_cut_short",
-    "gate_passed_on_retry",
-    "before_gates_failed",
-    "force_load",
-    "server_fault",
-    "server_log_error",
-    "health_outage",
-    "health_slow",
-    "health_client_error",
-    "telemetry_lost",
-    "telemetry_missing",
-    "reconcile_mismatch",
-    "server_restart",
-    "matrix_failures",
-    "matrix_clean",
-    "matrix_cut_short",
-    "matrix_barrier_not_reached",
-}
+    return None
 
 
 def _check_evidence(run_dir: Path, rec: RunRecord, problems: list[str]) -> None:
@@ -175,64 +181,56 @@ def _check_evidence(run_dir: Path, rec: RunRecord, problems: list[str]) -> None:
             problems.append(f"probe {line.get('request_id')} names {ref}, which is missing")
 
 
-def _check_thresholds(rec: RunRecord, again: LoadSummary | None, problems: list[str]) -> None:
-    """The final threshold states, recomputed from the config and the record's figures."""
-    try:
-        thresholds = parse_thresholds(
-            list(rec.config.get("thresholds") or []),
-            gpu_telemetry=bool(rec.config.get("nvml", True) or rec.config.get("dcgm")),
-        )
-    except ThresholdError as e:
-        problems.append(f"config.thresholds cannot be parsed: {e}")
-        return
-    states = evaluate(thresholds, metrics_from_record(again, rec.telemetry), record_source(again))
-    mine = {s.expr: (s.state, s.observed) for s in states}
-    theirs = {t.get("expr"): (t.get("state"), t.get("observed")) for t in rec.thresholds}
-    if mine != theirs:
-        problems.append(f"thresholds: record {theirs}, recomputed {mine}")
-
-
 def _check_verdict(
     rec: RunRecord,
+    journals: RunJournals,
     again: LoadSummary | None,
     gates: dict[str, dict[str, SuiteGate]],
     problems: list[str],
 ) -> None:
-    cfg = rec.config
-    load_start = faults_load_start(again, rec.matrix)
-    force = bool(cfg.get("force_load"))
-    before_failed = any(g.failures for g in gates.get("before", {}).values())
-    _, reasons = decide(
-        Findings(
-            load=again,
-            aborted="(as recorded)" if rec.status is Status.ABORTED else None,
-            health=rec.client_health,
-            max_failures=int(cfg.get("max_failures", 0)),
-            max_loop_lag_s=float(cfg.get("max_loop_lag_s", 0.5)),
-            client_overload_s=float(cfg.get("client_overload_s", 10.0)),
-            max_client_cpu_percent=float(cfg.get("max_client_cpu_percent", 95.0)),
-            gates=gates,
-            gates_configured=list(cfg.get("gates") or []),
-            before_blocked=before_failed and not force and again is None,
-            force_load=force,
-            extra=fault_reasons(
-                rec.telemetry, load_start, float(cfg.get("client_overload_s", 10.0))
-            )
-            + coverage_reasons(rec.telemetry, list(cfg.get("require_telemetry") or []))
-            + restart_reasons(rec.telemetry, load_start)
-            + reconcile_reasons(rec.reconciliation, cfg.get("reconcile") == "strict")
-            + (
-                matrix_reasons(
-                    rec.matrix, int(cfg.get("max_failures", 0)), rec.status is Status.ABORTED
-                )
-                if rec.matrix is not None
-                else []
-            ),
-        )
+    """The run judged again: the final threshold states and every reason the facts
+    imply, against the record's."""
+    skip = set(RECORD_ONLY)
+    try:
+        thresholds: list[Threshold] = config_thresholds(rec.config)
+    except ThresholdError as e:
+        problems.append(f"config.thresholds cannot be parsed: {e}")
+        thresholds, skip = [], skip | THRESHOLD_CODES
+    if any(r.code == LEGACY_RECOVERED for r in rec.reasons):
+        skip |= FAULT_CODES | {LEGACY_RECOVERED}  # recovered by an older soaktop
+    if not gpu_faults_judgeable(journals.events):
+        skip.add("gpu_fault")  # events of an older soaktop: no verdict words to compare
+    verdict = judge(record_facts(rec, journals, load=again, gates=gates, thresholds=thresholds))
+    if not skip >= THRESHOLD_CODES:
+        _check_thresholds(rec, verdict, problems)
+    _compare_reasons(
+        [r for r in verdict.reasons if r.code not in skip],
+        [r for r in rec.reasons if r.code not in skip],
+        problems,
     )
-    want = Counter((r.code, r.message) for r in reasons if r.code in _DERIVED)
-    have = Counter((r.code, r.message) for r in rec.reasons if r.code in _DERIVED)
-    for code, msg in sorted((want - have).elements()):
+
+
+def _check_thresholds(rec: RunRecord, verdict: Judgement, problems: list[str]) -> None:
+    """The final threshold states, recomputed from the config and the record's figures."""
+    mine = {s.expr: (s.state, s.observed) for s in verdict.thresholds}
+    theirs = {t.expr: (t.state, t.observed) for t in rec.thresholds}
+    if mine != theirs:
+        problems.append(f"thresholds: record {theirs}, recomputed {mine}")
+
+
+def _compare_reasons(want: list[Reason], have: list[Reason], problems: list[str]) -> None:
+    """Both lists say the same reasons, word for word and with the same effect."""
+    mine = Counter((r.code, r.message) for r in want)
+    theirs = Counter((r.code, r.message) for r in have)
+    for code, msg in sorted((mine - theirs).elements()):
         problems.append(f"reasons: the journals imply {code!r} ({msg}), the record does not say it")
-    for code, msg in sorted((have - want).elements()):
+    for code, msg in sorted((theirs - mine).elements()):
         problems.append(f"reasons: the record says {code!r} ({msg}), the journals do not")
+    effects = {(r.code, r.message): r.effect for r in want}
+    for r in have:
+        implied = effects.get((r.code, r.message))
+        if implied is not None and implied != r.effect:
+            problems.append(
+                f"reasons: the record says {r.code!r} ({r.message}) is {r.effect}, "
+                f"the journals imply {implied}"
+            )
