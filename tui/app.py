@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,13 +18,14 @@ from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from soak.record.models import RunRecord
+from soak.record.snapshot import Snapshot
 from soak.run.control import send_control
 from soak.safe_text import safe_line, safe_text
 from themes import SOAKTOP_THEMES, STYLESHEET
 from tui import keys
 from tui.ascii_scrollbar import use_ascii_scrollbars
 from tui.commands import soaktop_commands
-from tui.fmt import dig, num, text
 from tui.glyphs import glyphs_for
 from tui.live_poll import LivePoll
 from tui.messages import EventsArrived, MetaFound, RunEnded, RunnerDied, SnapshotTick
@@ -91,15 +92,17 @@ class SoakTopApp(App[Outcome]):
             replay = replay if replay is not None else load_replay(run_dir)
         self._replay = ReplayCursor(replay) if replay is not None else None
 
-        self._snapshot: Mapping[str, Any] | None = None
+        self._snapshot: Snapshot | None = None
         self._history: tuple[HistoryPoint, ...] = ()
         self._events: deque[EventEntry] = deque(maxlen=EVENTS_KEPT)
-        self._record: Mapping[str, Any] | None = replay.record if replay else None
+        self._record: RunRecord | None = replay.record if replay else None
+        self._skipped = replay.skipped if replay else 0
+        """Journal lines the reader could not read at all (the header says how many)."""
         self._meta: RunMeta | None = replay.meta if replay else None
         self._notice: str | None = None
         self._notice_severity: Literal["info", "warning", "error"] = "info"
         self._paused_here = False
-        self._pause_asked_seq: float | None = None
+        self._pause_asked_seq: int | None = None
         self._exit_on_record = False
         self._runner_gone = False
         self._runner_rc: int | None = None
@@ -173,6 +176,7 @@ class SoakTopApp(App[Outcome]):
     def on_snapshot_tick(self, message: SnapshotTick) -> None:
         self._snapshot = message.snapshot
         self._history = message.history
+        self._skipped = message.skipped
         self._update_view()
 
     def on_events_arrived(self, message: EventsArrived) -> None:
@@ -185,7 +189,7 @@ class SoakTopApp(App[Outcome]):
 
     def on_run_ended(self, message: RunEnded) -> None:
         self._record = message.record
-        status = text(message.record, "status") or "?"
+        status = message.record.status.value
         if self._exit_on_record:
             self.exit(self._final_outcome())
             return
@@ -214,14 +218,10 @@ class SoakTopApp(App[Outcome]):
     def _paused(self) -> bool:
         """Issuing is paused: the runner's ``paused`` phase says so; right after we asked,
         until its next snapshot can show it, what we asked counts."""
-        for path in (("load", "paused"), ("paused",)):
-            v = dig(self._snapshot, *path)
-            if isinstance(v, bool):
-                return v
-        if text(self._snapshot, "phase") == "paused":
+        if self._snapshot is not None and self._snapshot.phase == "paused":
             return True
-        seq = num(self._snapshot, "seq")
-        waiting = self._pause_asked_seq is not None and (seq or 0.0) <= self._pause_asked_seq + 1
+        seq = self._snapshot.seq if self._snapshot is not None else 0
+        waiting = self._pause_asked_seq is not None and seq <= self._pause_asked_seq + 1
         return self._paused_here if waiting else False
 
     def _set_notice(
@@ -246,6 +246,7 @@ class SoakTopApp(App[Outcome]):
                 notice=self._notice,
                 notice_severity=self._notice_severity,
                 paused=self._paused() and not self.run_over,
+                skipped_lines=self._skipped,
             )
         )
 
@@ -263,6 +264,7 @@ class SoakTopApp(App[Outcome]):
                 cursor=Cursor(frame.index, frame.total) if frame else None,
                 notice=self._notice,
                 notice_severity=self._notice_severity,
+                skipped_lines=self._skipped,
             )
         )
 
@@ -340,7 +342,7 @@ class SoakTopApp(App[Outcome]):
         cmd = "resume" if self._paused() else "pause"
         if self._send(cmd, f"{cmd} from the monitor"):
             self._paused_here = cmd == "pause"
-            self._pause_asked_seq = num(self._snapshot, "seq") or 0.0
+            self._pause_asked_seq = self._snapshot.seq if self._snapshot is not None else 0
             self.notify("issuing paused" if self._paused_here else "issuing resumed")
             self._update_view()
 
@@ -477,8 +479,7 @@ class SoakTopApp(App[Outcome]):
 
     def _final_outcome(self) -> Outcome:
         if self._record is not None and self.mode == "live":
-            code = num(self._record, "exit_code")
-            return Outcome("finished", exit_code=None if code is None else int(code))
+            return Outcome("finished", exit_code=self._record.exit_code)
         if self._runner_gone:
             return Outcome("runner_died", returncode=self._runner_rc)
         return Outcome("quit")

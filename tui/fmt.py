@@ -1,60 +1,13 @@
-"""Reading snapshot dicts defensively and turning their numbers into short labels.
+"""Turning the models' numbers and words into short labels for the panes.
 
-Snapshots are read as plain dicts, not validated models: telemetry keys keep growing and
-an old run directory may lack new ones, so every read tolerates a missing key or a value
-of the wrong type and yields ``None`` ("no data", never 0).
+A value the snapshot does not have is ``None`` and shows as the glyph set's missing mark
+("no data", never 0).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from typing import Any
-
 from soak.safe_text import safe_line
 from tui.glyphs import Glyphs
-
-
-def dig(obj: Any, *keys: str | int) -> Any:
-    """``obj[k1][k2]...`` or None when any step is missing or of the wrong kind."""
-    for key in keys:
-        if isinstance(key, int):
-            if not isinstance(obj, list | tuple) or not -len(obj) <= key < len(obj):
-                return None
-            obj = obj[key]
-        else:
-            if not isinstance(obj, Mapping):
-                return None
-            obj = obj.get(key)
-    return obj
-
-
-def num(obj: Any, *keys: str | int) -> float | None:
-    """A finite number at that path, else None (bools are not numbers here)."""
-    v = dig(obj, *keys)
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    return float(v) if math.isfinite(v) else None
-
-
-def mapping(obj: Any, *keys: str | int) -> Mapping[str, Any]:
-    """The mapping at that path, or an empty one."""
-    v = dig(obj, *keys)
-    return v if isinstance(v, Mapping) else {}
-
-
-def dicts(obj: Any, *keys: str | int) -> list[Mapping[str, Any]]:
-    """The list of mappings at that path (non-mappings dropped), or an empty list."""
-    v = dig(obj, *keys)
-    if not isinstance(v, list | tuple):
-        return []
-    return [x for x in v if isinstance(x, Mapping)]
-
-
-def text(obj: Any, *keys: str | int) -> str | None:
-    """A string at that path, else None."""
-    v = dig(obj, *keys)
-    return v if isinstance(v, str) else None
 
 
 def mmss(seconds: float | None) -> str:

@@ -11,7 +11,6 @@ where the runner's log is) is printed once the terminal is back.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from soak.record.models import EXIT_CODES, EXIT_STORAGE, EXIT_USAGE, Status, loa
 from soak.safe_text import safe_text
 from tui.app import SoakTopApp
 from tui.outcome import Outcome
-from tui.reader import read_record
+from tui.run_files import read_planned, read_record
 from tui.runner_link import PidRunner
 from tui.settings import UiSettings, resolve_settings
 
@@ -105,8 +104,7 @@ class TuiFrontend:
             return Outcome("hangup")
         record = read_record(handle.run_dir)
         if record is not None:
-            code = record.get("exit_code")
-            return Outcome("finished", exit_code=code if isinstance(code, int) else None)
+            return Outcome("finished", exit_code=record.exit_code)
         return Outcome("runner_died", returncode=rc)
 
     def attach(self, run_dir: Path) -> int:
@@ -215,11 +213,9 @@ class TuiFrontend:
 def _stop_wait_s(run_dir: Path) -> float:
     """How long a stopped run may take to write its record: its drain timeout (from
     ``config.json``; the default when unreadable) plus ``STOP_MARGIN_S``."""
-    drain = 120.0
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        value = json.loads((run_dir / "config.json").read_text())["drain_timeout_s"]
-        if isinstance(value, int | float) and math.isfinite(value) and value > 0:
-            drain = float(value)
+    planned = read_planned(run_dir)
+    value = planned.drain_timeout_s if planned is not None else None
+    drain = value if value is not None and math.isfinite(value) and value > 0 else 120.0
     return drain + STOP_MARGIN_S
 
 

@@ -54,7 +54,7 @@ class LivePoll:
         if update.events:
             self._post(EventsArrived(update.events))
         if update.snapshot is not None:
-            self._post(SnapshotTick(update.snapshot, history))
+            self._post(SnapshotTick(update.snapshot, history, update.skipped))
         if update.record is not None:
             self._post(RunEnded(update.record))
         elif rc is not None:

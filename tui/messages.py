@@ -7,21 +7,24 @@ only ever needs the latest). Events and the end of the run are never dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from textual.message import Message
 
+from soak.record.models import RunRecord
+from soak.record.snapshot import Snapshot
 from tui.reader import EventEntry, HistoryPoint, RunMeta
 
 
 class SnapshotTick(Message):
-    """The newest snapshot and the chart points up to it."""
+    """The newest snapshot, the chart points up to it, and how many journal lines the
+    reader could not read so far."""
 
-    def __init__(self, snapshot: Mapping[str, Any], history: tuple[HistoryPoint, ...]) -> None:
+    def __init__(
+        self, snapshot: Snapshot, history: tuple[HistoryPoint, ...], skipped: int = 0
+    ) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.history = history
+        self.skipped = skipped
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, SnapshotTick)
@@ -46,7 +49,7 @@ class MetaFound(Message):
 class RunEnded(Message):
     """record.json appeared: the run is over and its verdict final."""
 
-    def __init__(self, record: Mapping[str, Any]) -> None:
+    def __init__(self, record: RunRecord) -> None:
         super().__init__()
         self.record = record
 

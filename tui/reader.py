@@ -4,21 +4,45 @@ No Textual here. ``RunFollower`` tails a live run from the beginning (the whole 
 on attach) and is polled off the UI loop; ``load_replay`` reads a finished run at once.
 Both tolerate files that do not exist yet and a torn last line (the line being written).
 ``requests.jsonl`` is never read: the monitor shows the runner's own aggregates.
+
+Every line is read through the model its writer used (:class:`Snapshot`,
+:class:`~soak.record.events.Event`; ``record.json`` a ``RunRecord``), leniently
+(:mod:`tui.lenient`): a line that validates only once its odd values are left out is
+shown without them, one that cannot be read at all is skipped and counted
+(``skipped``). The panes get the models, never the JSON.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import orjson
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from soak.record.journal import JsonlTail, read_jsonl
-from tui.fmt import dicts, mapping, num, text
+from soak.record.events import Event
+from soak.record.models import RunRecord, read_schema_version
+from soak.record.snapshot import SNAPSHOT_SCHEMA_VERSION, Snapshot
+from tui.lenient import parse, validate
+from tui.run_files import RunMeta, read_meta, read_record
+
+__all__ = [
+    "EventEntry",
+    "EventFacts",
+    "FollowUpdate",
+    "HistoryPoint",
+    "Replay",
+    "RunFollower",
+    "RunMeta",
+    "chart_point",
+    "event_entries",
+    "history_point",
+    "load_replay",
+    "read_meta",
+    "read_record",
+]
 
 HISTORY_POINTS = 3600
 """Chart points kept while following (an hour at one snapshot a second); the charts
@@ -36,15 +60,94 @@ class HistoryPoint:
     failed: float | None
 
 
-def history_point(snap: Mapping[str, Any]) -> HistoryPoint:
-    """Pick the charted values out of a snapshot (window rates, not recomputed)."""
+def history_point(snap: Snapshot) -> HistoryPoint:
+    """The charted values of a snapshot (window rates, not recomputed)."""
+    window = snap.load.window
     return HistoryPoint(
-        t=num(snap, "t") or 0.0,
-        output_tokens_per_s=num(snap, "load", "window", "output_tokens_per_s"),
-        requests_per_s=num(snap, "load", "window", "requests_per_s"),
-        in_flight=num(snap, "load", "in_flight"),
-        failed=num(snap, "load", "failed"),
+        t=snap.t,
+        output_tokens_per_s=window.output_tokens_per_s if window else None,
+        requests_per_s=window.requests_per_s if window else None,
+        in_flight=snap.load.in_flight,
+        failed=snap.load.failed,
     )
+
+
+class _ChartedWindow(BaseModel):
+    output_tokens_per_s: float | None = None
+    requests_per_s: float | None = None
+
+
+class _ChartedLoad(BaseModel):
+    in_flight: int = 0
+    failed: int = 0
+    window: _ChartedWindow | None = None
+
+
+class ChartedLine(BaseModel):
+    """The charted values of a snapshot line, read without the rest: the same keys as
+    :class:`Snapshot` (``tests/tui/test_reader.py`` holds them to it), every other one
+    skipped unparsed. A replay needs every line's chart point but shows one snapshot at a
+    time: validating only these makes opening a two-hour run (7,200 lines) several
+    times cheaper than validating each line whole."""
+
+    schema_version: str = SNAPSHOT_SCHEMA_VERSION
+    t: float
+    load: _ChartedLoad
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _read_version(cls, value: object) -> object:
+        return read_schema_version(value)
+
+    def point(self) -> HistoryPoint:
+        """As a chart point."""
+        window = self.load.window
+        return HistoryPoint(
+            t=self.t,
+            output_tokens_per_s=window.output_tokens_per_s if window else None,
+            requests_per_s=window.requests_per_s if window else None,
+            in_flight=self.load.in_flight,
+            failed=self.load.failed,
+        )
+
+
+def chart_point(raw: bytes) -> HistoryPoint | None:
+    """The chart point of one snapshot line; None when the line is no snapshot at all."""
+    try:
+        return ChartedLine.model_validate_json(raw).point()
+    except ValidationError:
+        snap = parse(Snapshot, raw).value  # odd values: what the whole line keeps of it
+        return history_point(snap) if snap is not None else None
+
+
+def read_snapshot(raw: bytes) -> Snapshot | None:
+    """One snapshot line (None: unreadable)."""
+    return parse(Snapshot, raw).value
+
+
+class EventFacts(BaseModel):
+    """What the monitor reads of an event's free-form ``data``: each writer's own keys
+    (the request sink's ``failure_class``, a gate's ``evidence``, the GPU ledger's
+    ``fault``, ``source``/``url_index``/``gpu`` and ``ecc_new``); the rest is ignored."""
+
+    model_config = ConfigDict(frozen=True)
+
+    failure_class: str | None = Field(
+        default=None, validation_alias=AliasChoices("failure_class", "class")
+    )
+    """The failure's class (``class`` in lines older writers wrote)."""
+    evidence: str | None = None
+    """The evidence file, relative to the run directory."""
+    fault: str | None = None
+    """A GPU fault's kind: ``xid``, ``ecc_uncorrectable``, ``row_remap``, ..."""
+    source: str | None = None
+    url_index: int | None = None
+    gpu: int | None = None
+    ecc_new: int | None = None
+    """New uncorrectable ECC errors the fault counted (None: one, from an NVML event)."""
+
+
+_NO_FACTS = EventFacts()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,97 +155,65 @@ class EventEntry:
     """One line of ``events.jsonl``; ``n`` is its line number (a stable key)."""
 
     n: int
-    t: float
-    wall: str
-    kind: str
-    severity: str
-    message: str
-    data: Mapping[str, Any] = field(default_factory=dict)
+    event: Event
+    facts: EventFacts = _NO_FACTS
 
     @classmethod
-    def parse(cls, n: int, obj: Mapping[str, Any]) -> EventEntry:
-        """Read an event line defensively (unknown keys ignored, missing ones blank)."""
-        return cls(
-            n=n,
-            t=num(obj, "t") or 0.0,
-            wall=text(obj, "wall") or "",
-            kind=text(obj, "kind") or "event",
-            severity=text(obj, "severity") or "info",
-            message=text(obj, "message") or "",
-            data=mapping(obj, "data"),
-        )
+    def of(cls, n: int, event: Event) -> EventEntry:
+        """Number ``event`` and read the facts the panes need from its data, once."""
+        if not event.data:
+            return cls(n, event)
+        return cls(n, event, validate(EventFacts, event.data).value or _NO_FACTS)
 
 
-@dataclass(frozen=True)
-class RunMeta:
-    """What the run is aimed at, from ``config.json`` / ``identity.json`` (may be empty)."""
-
-    run_dir: Path
-    model: str | None = None
-    endpoints: int | None = None
-    engine: str | None = None
-    concurrency: int | None = None
-    duration_s: float | None = None
-
-    @property
-    def target(self) -> str:
-        """``2 endpoints · tiny-sim`` (what is known)."""
-        parts = []
-        if self.endpoints is not None:
-            parts.append(f"{self.endpoints} endpoint{'s' if self.endpoints != 1 else ''}")
-        if self.model:
-            parts.append(self.model)
-        if self.engine:
-            parts.append(self.engine)
-        return " / ".join(parts) if parts else "target unknown"
+def event_entries(lines: Iterable[bytes], first_n: int = 0) -> tuple[list[EventEntry], int]:
+    """The events of these lines, numbered from ``first_n``, and how many lines were
+    unreadable (skipped)."""
+    out: list[EventEntry] = []
+    skipped = 0
+    for raw in lines:
+        event = parse(Event, raw).value
+        if event is None:
+            skipped += 1
+            continue
+        out.append(EventEntry.of(first_n + len(out), event))
+    return out, skipped
 
 
-def read_meta(run_dir: Path) -> RunMeta | None:
-    """The run's target from its config (written at start) and identity, None before."""
-    config = _read_json(run_dir / "config.json")
-    identity = _read_json(run_dir / "identity.json")
-    if config is None and identity is None:
-        return None
-    cfg = config or {}
-    ident = identity or {}
-    endpoints = cfg.get("endpoints")
-    n_endpoints = len(endpoints) if isinstance(endpoints, list) else None
-    if n_endpoints is None and dicts(ident, "endpoints"):
-        n_endpoints = len(dicts(ident, "endpoints"))
-    conc = num(cfg, "concurrency")
-    return RunMeta(
-        run_dir=run_dir,
-        model=text(ident, "model") or text(cfg, "model"),
-        endpoints=n_endpoints,
-        engine=text(ident, "engine") or text(cfg, "engine"),
-        concurrency=int(conc) if conc is not None else None,
-        duration_s=num(cfg, "duration_s"),
-    )
+class LineTail:
+    """Follows a journal another process appends to: each call returns the complete lines
+    (bytes, blank ones left out) appended since the last; a line still being written is
+    read next time."""
 
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
 
-def read_record(run_dir: Path) -> dict[str, Any] | None:
-    """``record.json`` as a dict once it exists (it is written atomically), else None."""
-    return _read_json(run_dir / "record.json")
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        obj = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    return obj if isinstance(obj, dict) else None
+    def read_new(self) -> list[bytes]:
+        """The lines appended since the last call."""
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        return [line for line in data[:end].splitlines() if line.strip()]
 
 
 @dataclass(frozen=True)
 class FollowUpdate:
-    """What one poll found: new snapshots (the newest and their chart points), new
-    events, and the record / meta the first time they were seen."""
+    """What one poll found: the newest snapshot and the chart points of every new one,
+    new events, and the record / meta the first time they were seen."""
 
-    snapshot: dict[str, Any] | None
+    snapshot: Snapshot | None
     points: tuple[HistoryPoint, ...]
     events: tuple[EventEntry, ...]
-    record: dict[str, Any] | None
+    record: RunRecord | None
     meta: RunMeta | None
+    skipped: int = 0
+    """Lines skipped so far (snapshots and events that could not be read at all)."""
 
     @property
     def empty(self) -> bool:
@@ -160,12 +231,14 @@ class RunFollower:
 
     def __init__(self, run_dir: Path, history_points: int = HISTORY_POINTS) -> None:
         self.run_dir = run_dir
-        self._snapshots = JsonlTail(run_dir / "snapshots.jsonl")
-        self._events = JsonlTail(run_dir / "events.jsonl")
+        self._snapshots = LineTail(run_dir / "snapshots.jsonl")
+        self._events = LineTail(run_dir / "events.jsonl")
         self._event_n = 0
         self._history: deque[HistoryPoint] = deque(maxlen=history_points)
-        self.record: dict[str, Any] | None = None
+        self.record: RunRecord | None = None
         self.meta: RunMeta | None = None
+        self.skipped = 0
+        """Lines that could not be read at all, so far."""
 
     @property
     def history(self) -> tuple[HistoryPoint, ...]:
@@ -174,7 +247,7 @@ class RunFollower:
 
     def poll(self) -> FollowUpdate:
         """Read what was appended since the last poll."""
-        snaps, points = self._new_snapshots()
+        snap, points = self._new_snapshots()
         events = self._new_events()
         meta = None
         if self.meta is None or self.meta.endpoints is None:
@@ -187,51 +260,64 @@ class RunFollower:
             if record is not None:
                 # The record is written after the last snapshot and event: read once more
                 # so lines that landed after this poll's first read are not left behind.
-                more_snaps, more_points = self._new_snapshots()
-                snaps += more_snaps
+                more_snap, more_points = self._new_snapshots()
+                snap = more_snap or snap
                 points += more_points
                 events += self._new_events()
         return FollowUpdate(
-            snapshot=snaps[-1] if snaps else None,
+            snapshot=snap,
             points=tuple(points),
             events=tuple(events),
             record=record,
             meta=meta,
+            skipped=self.skipped,
         )
 
-    def _new_snapshots(self) -> tuple[list[dict[str, Any]], list[HistoryPoint]]:
-        snaps = self._snapshots.read_new()
-        points = [history_point(s) for s in snaps]
+    def _new_snapshots(self) -> tuple[Snapshot | None, list[HistoryPoint]]:
+        """The newest readable snapshot of the new lines (validated whole: the one shown)
+        and every new line's chart point."""
+        lines, points = [], []
+        for raw in self._snapshots.read_new():
+            point = chart_point(raw)
+            if point is None:
+                self.skipped += 1
+                continue
+            lines.append(raw)
+            points.append(point)
         self._history.extend(points)
-        return snaps, points
+        for raw in reversed(lines):
+            if (snap := read_snapshot(raw)) is not None:
+                return snap, points
+        return None, points
 
     def _new_events(self) -> list[EventEntry]:
-        out = []
-        for obj in self._events.read_new():
-            out.append(EventEntry.parse(self._event_n, obj))
-            self._event_n += 1
+        out, skipped = event_entries(self._events.read_new(), self._event_n)
+        self._event_n += len(out)
+        self.skipped += skipped
         return out
 
 
 @dataclass(frozen=True)
 class Replay:
     """A whole run read at once, for ``view``: snapshot lines are kept as bytes and
-    parsed when the cursor lands on them (a two-hour run has 7,200 of them)."""
+    validated when the cursor lands on them (a two-hour run has 7,200 of them; their
+    chart points are read at once)."""
 
     run_dir: Path
     lines: tuple[bytes, ...]
     points: tuple[HistoryPoint, ...]
     events: tuple[EventEntry, ...]
-    record: dict[str, Any] | None
+    record: RunRecord | None
     meta: RunMeta | None
+    skipped: int = 0
+    """Lines that could not be read at all (snapshots and events)."""
 
     def __len__(self) -> int:
         return len(self.lines)
 
-    def snapshot(self, i: int) -> dict[str, Any]:
-        """The ``i``-th snapshot (0-based) as a dict."""
-        obj = orjson.loads(self.lines[i])
-        return obj if isinstance(obj, dict) else {}
+    def snapshot(self, i: int) -> Snapshot | None:
+        """The ``i``-th snapshot (0-based); None when its line cannot be read whole."""
+        return read_snapshot(self.lines[i])
 
     def times(self) -> Sequence[float]:
         """Each snapshot's ``t``."""
@@ -242,26 +328,33 @@ def load_replay(run_dir: Path) -> Replay:
     """Read every complete snapshot and event of a run directory."""
     lines: list[bytes] = []
     points: list[HistoryPoint] = []
-    path = run_dir / "snapshots.jsonl"
-    with contextlib.suppress(FileNotFoundError), path.open("rb") as fh:
-        for raw in fh:
-            if not raw.endswith(b"\n"):
-                break  # torn last line
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                lines.append(raw.rstrip(b"\n"))
-                points.append(history_point(obj))
-    events = tuple(
-        EventEntry.parse(n, obj) for n, obj in enumerate(read_jsonl(run_dir / "events.jsonl"))
-    )
+    skipped = 0
+    for raw in _complete_lines(run_dir / "snapshots.jsonl"):
+        point = chart_point(raw)
+        if point is None:
+            skipped += 1
+            continue
+        lines.append(raw)
+        points.append(point)
+    events, skipped_events = event_entries(_complete_lines(run_dir / "events.jsonl"))
     return Replay(
         run_dir=run_dir,
         lines=tuple(lines),
         points=tuple(points),
-        events=events,
+        events=tuple(events),
         record=read_record(run_dir),
         meta=read_meta(run_dir),
+        skipped=skipped + skipped_events,
     )
+
+
+def _complete_lines(path: Path) -> list[bytes]:
+    """Every complete, non-blank line; a torn last line (a crash mid-write) is left out."""
+    out: list[bytes] = []
+    with contextlib.suppress(FileNotFoundError), path.open("rb") as fh:
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                break  # the line being written when the writer died
+            if raw.strip():
+                out.append(raw.rstrip(b"\r\n"))
+    return out

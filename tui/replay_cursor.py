@@ -7,10 +7,10 @@ it and the events up to its time (all of them on the last snapshot).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from soak.record.snapshot import Snapshot
 from tui.reader import EventEntry, HistoryPoint, Replay
 
 
@@ -20,7 +20,8 @@ class Frame:
 
     index: int
     total: int
-    snapshot: Mapping[str, Any]
+    snapshot: Snapshot | None
+    """None when its line cannot be read whole (its chart point could)."""
     history: Sequence[HistoryPoint]
     events: Sequence[EventEntry]
 
@@ -31,7 +32,7 @@ class ReplayCursor:
     def __init__(self, replay: Replay) -> None:
         self.replay = replay
         self._times = [p.t for p in replay.points]
-        self._event_times = [e.t for e in replay.events]
+        self._event_times = [e.event.t for e in replay.events]
         self.index = max(0, len(replay) - 1)  # a replay opens on the verdict
 
     def __len__(self) -> int:

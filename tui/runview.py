@@ -6,13 +6,18 @@ and hands the same object to every pane; panes never reach back into the app's s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from tui.fmt import dig, text
+from soak.record.models import Reason, RunRecord
+from soak.record.snapshot import Snapshot
+from soak.record.telemetry import SnapshotTelemetry
 from tui.glyphs import UNICODE, Glyphs
 from tui.reader import EventEntry, HistoryPoint, RunMeta
+
+_NO_TELEMETRY = SnapshotTelemetry()
+"""What a frame without a snapshot shows of telemetry: nothing (never changed)."""
 
 Mode = Literal["live", "view"]
 
@@ -30,13 +35,13 @@ class RunView:
     """One frame of the monitor."""
 
     mode: Mode
-    snapshot: Mapping[str, Any] | None = None
+    snapshot: Snapshot | None = None
     """The snapshot shown (None until the runner wrote its first one)."""
     history: Sequence[HistoryPoint] = ()
     """Chart points up to and including the snapshot shown, oldest first."""
     events: Sequence[EventEntry] = ()
     """Events up to the snapshot shown, oldest first."""
-    record: Mapping[str, Any] | None = None
+    record: RunRecord | None = None
     """``record.json`` once the run is done (live: once it appeared)."""
     meta: RunMeta | None = None
     glyphs: Glyphs = UNICODE
@@ -47,24 +52,25 @@ class RunView:
     notice_severity: Literal["info", "warning", "error"] = "info"
     paused: bool = False
     """Issuing was paused from here (or the snapshot says so)."""
+    skipped_lines: int = 0
+    """Journal lines the reader could not read at all (skipped, not shown)."""
 
     @property
     def status(self) -> str:
         """``running`` until the verdict, then PASSED/FAILED/INVALID/ABORTED."""
         if self.cursor is None and self.record is not None:
-            return text(self.record, "status") or "running"
-        return text(self.snapshot, "status") or "running"
+            return self.record.status.value
+        return (self.snapshot.status if self.snapshot else None) or "running"
 
     @property
-    def reasons(self) -> list[Mapping[str, Any]]:
+    def reasons(self) -> list[Reason]:
         """The verdict's reasons (from the snapshot shown, else the record when live)."""
-        found = dig(self.snapshot, "reasons")
+        found = self.snapshot.reasons if self.snapshot else []
         if not found and self.cursor is None and self.record is not None:
-            found = dig(self.record, "reasons")
-        return [r for r in found or [] if isinstance(r, Mapping)]
+            found = self.record.reasons
+        return found
 
     @property
-    def telemetry(self) -> Mapping[str, Any]:
+    def telemetry(self) -> SnapshotTelemetry:
         """The snapshot's telemetry section (empty when there is none)."""
-        t = dig(self.snapshot, "telemetry")
-        return t if isinstance(t, Mapping) else {}
+        return self.snapshot.telemetry if self.snapshot else _NO_TELEMETRY

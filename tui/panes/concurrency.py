@@ -6,14 +6,14 @@ both are shown, side by side, neither derived from the other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from textual.content import Content
 
+from soak.record.telemetry import CoverageBySource, EngineView, HealthView
 from tui.coverage import lost_entry
 from tui.coverage import why as lost_why
-from tui.fmt import count, dicts, mapping, num, pct, rate, secs, text
+from tui.fmt import count, pct, rate, secs
 from tui.glyphs import Glyphs
 from tui.panes.base import Pane, fit, line, lines, muted
 from tui.runview import RunView
@@ -21,7 +21,7 @@ from tui.runview import RunView
 _LOST_STYLE = "bold $text-error"
 
 
-def lost_parts(cov: Mapping[str, Any], endpoint: int | None, whys: bool = True) -> list[Any]:
+def lost_parts(cov: CoverageBySource, endpoint: int | None, whys: bool = True) -> list[Any]:
     """`` metrics LOST (HTTP 404) health LOST (timed out after 0.8 s)`` for a replica
     whose ``/metrics`` or ``/health`` answered under half its samples during the load
     (``whys=False``: without the reasons in brackets, for a narrow pane)."""
@@ -37,30 +37,30 @@ def lost_parts(cov: Mapping[str, Any], endpoint: int | None, whys: bool = True) 
 
 
 def replica_line(
-    eng: Mapping[str, Any],
-    health: Mapping[str, Any] | None,
+    eng: EngineView,
+    health: HealthView | None,
     width: int,
     g: Glyphs,
-    cov: Mapping[str, Any] | None = None,
+    cov: CoverageBySource | None = None,
 ) -> Content:
     """``e0 ok  run 16 wait 0 KV ██░░ 1%`` or why the replica has no numbers; a lost
     ``/metrics`` or ``/health`` (``cov``: the snapshot's telemetry.coverage) says so after."""
-    ep = num(eng, "endpoint")
-    who = f"e{int(ep)}" if ep is not None else "e?"
+    ep = eng.endpoint
+    who = f"e{ep}" if ep is not None else "e?"
     cov = cov or {}
-    lost = lost_parts(cov, None if ep is None else int(ep))
+    lost = lost_parts(cov, ep)
     if not lost:
         return _replica(eng, health, who, width, g)
-    metrics_lost = lost_entry(cov, "engine_metrics", f"endpoint {int(ep or 0)}") is not None
-    down = health is not None and health.get("ok") is False
-    if metrics_lost and (text(eng, "status") or "ok") != "ok" and not down:
+    metrics_lost = lost_entry(cov, "engine_metrics", f"endpoint {ep or 0}") is not None
+    down = health is not None and health.ok is False
+    if metrics_lost and (eng.status or "ok") != "ok" and not down:
         # "scrape failed" says less than "metrics LOST (HTTP 404)": the loss stands alone.
         return fit(line((f"{who:<3}", "bold"), *lost[1:]), width, g)
     # The numbers keep the room they need (a 38-column pane: the compact form); the
     # reasons in brackets go first when there is none left for them (4 maximises).
     full = _replica(eng, health, who, max(38, width - _cells(lost)), g).append(line(*lost))
     if full.cell_length > width:
-        lost = lost_parts(cov, None if ep is None else int(ep), whys=False)
+        lost = lost_parts(cov, ep, whys=False)
         full = _replica(eng, health, who, width - _cells(lost), g).append(line(*lost))
     return fit(full, width, g)
 
@@ -70,28 +70,27 @@ def _cells(parts: list[Any]) -> int:
 
 
 def _replica(
-    eng: Mapping[str, Any], health: Mapping[str, Any] | None, who: str, width: int, g: Glyphs
+    eng: EngineView, health: HealthView | None, who: str, width: int, g: Glyphs
 ) -> Content:
-    status = text(eng, "status") or "ok"
-    state = text(health, "state") if health else None
-    down = health is not None and health.get("ok") is False
-    if down:
-        since = num(health, "down_for_s")
+    status = eng.status or "ok"
+    state = health.state if health else None
+    if health is not None and health.ok is False:
+        since = health.down_for_s
         why = f"DOWN {state or 'unhealthy'}" + (f" {since:.0f}s" if since is not None else "")
         extra = "" if status == "ok" else f" ({status})"
         return line((f"{who:<3}", "bold"), (why, "bold $text-error"), muted(extra))
     if status != "ok":
         style = "$text-error" if "fail" in status else "dim"
         return line((f"{who:<3}", "bold"), (status, style))
-    kv = num(eng, "kv_usage")
-    slots = num(eng, "token_slots")
+    kv = eng.kv_usage
+    slots = eng.token_slots
     if width < 38:  # a 60-column terminal: no padding, a short bar
         return line(
             (f"{who} ", "bold"),
             muted("run "),
-            count(num(eng, "running"), g),
+            count(eng.running, g),
             muted(" wait "),
-            count(num(eng, "waiting"), g),
+            count(eng.waiting, g),
             muted(" KV "),
             (g.bar(kv, max(3, width - 24)), "$text-accent"),
             f" {pct(kv, g)}",
@@ -101,9 +100,9 @@ def _replica(
         (f"{who:<3}", "bold"),
         ("ok ", "$text-success"),
         muted("run "),
-        f"{count(num(eng, 'running'), g):>3}",
+        f"{count(eng.running, g):>3}",
         muted(" wait "),
-        f"{count(num(eng, 'waiting'), g):>3}",
+        f"{count(eng.waiting, g):>3}",
         muted(" KV "),
         (g.bar(kv, bar_w), "$text-accent"),
         f" {pct(kv, g):>4}",
@@ -121,9 +120,10 @@ class ConcurrencyPane(Pane):
 
     def build(self, view: RunView, width: int, height: int) -> Content:
         g = view.glyphs
-        load = mapping(view.snapshot, "load")
-        requested = num(load, "requested_concurrency")
-        started = num(load, "workers_started")
+        snap = view.snapshot
+        load = snap.load if snap else None
+        requested = load.requested_concurrency if load else None
+        started = load.workers_started if load else None
         short = width < 44
         tight = width < 32
         first = line(
@@ -136,20 +136,16 @@ class ConcurrencyPane(Pane):
                 if started is not None
                 and requested
                 and started < requested
-                and text(view.snapshot, "phase") not in (None, "identity", "before_gates")
+                and (snap.phase if snap else None) not in (None, "identity", "before_gates")
                 else "bold",
             ),
             muted(" in flight " if tight else "  in flight "),
-            (count(num(load, "in_flight"), g), "bold $text-primary"),
+            (count(load.in_flight if load else None, g), "bold $text-primary"),
         )
         out: list[Content | str] = [first]
-        engines = dicts(view.telemetry, "engines")
-        health = {
-            int(h["endpoint"]): h
-            for h in dicts(view.telemetry, "health")
-            if num(h, "endpoint") is not None
-        }
-        cov = mapping(view.telemetry, "coverage")
+        engines = view.telemetry.engines
+        health = {h.endpoint: h for h in view.telemetry.health if h.endpoint is not None}
+        cov = view.telemetry.coverage
         if not engines:
             out.append(line(muted("no engine metrics")))
         room = max(1, height - 2)
@@ -157,19 +153,18 @@ class ConcurrencyPane(Pane):
             if i == room - 1 and len(engines) > room:
                 out.append(line(muted(f"+{len(engines) - i} more replicas (4 to maximise)")))
                 break
-            ep = num(eng, "endpoint")
-            hl = health.get(int(ep)) if ep is not None else None
+            hl = health.get(eng.endpoint) if eng.endpoint is not None else None
             out.append(replica_line(eng, hl, width, g, cov))
-        client = mapping(view.snapshot, "client")
-        if client and height > len(out):
+        if snap is not None and height > len(out):
+            client = snap.client
             out.append(
                 line(
                     muted("client cpu "),
-                    f"{count(num(client, 'cpu_percent'), g)}%",
+                    f"{count(client.cpu_percent, g)}%",
                     muted(" lag "),
-                    secs(num(client, "loop_lag_s"), g),
+                    secs(client.loop_lag_s, g),
                     muted(" fd "),
-                    f"{count(num(client, 'open_files'), g)}/{count(num(client, 'fd_limit'), g)}",
+                    f"{count(client.open_files, g)}/{count(client.fd_limit, g)}",
                 )
             )
         return lines(out[:height])

@@ -17,7 +17,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from soak.safe_text import safe_line
-from tui.fmt import SEVERITY_STYLES, mapping, mmss, text
+from tui.fmt import SEVERITY_STYLES, mmss
 from tui.glyphs import Glyphs
 from tui.panes.base import line, muted
 from tui.reader import EventEntry
@@ -41,9 +41,9 @@ class EventRow:
 
 
 def _failure_class(e: EventEntry) -> str | None:
-    if e.kind != "failure":
+    if e.event.kind != "failure":
         return None
-    return text(e.data, "failure_class") or text(e.data, "class") or "failure"
+    return e.facts.failure_class or "failure"
 
 
 def group_events(events: Sequence[EventEntry]) -> list[EventRow]:
@@ -53,7 +53,7 @@ def group_events(events: Sequence[EventEntry]) -> list[EventRow]:
         cls = _failure_class(e)
         if rows and cls is not None:
             prev = rows[-1][0]
-            if _failure_class(prev) == cls and int(prev.t) == int(e.t):
+            if _failure_class(prev) == cls and int(prev.event.t) == int(e.event.t):
                 rows[-1].append(e)
                 continue
         rows.append([e])
@@ -62,13 +62,14 @@ def group_events(events: Sequence[EventEntry]) -> list[EventRow]:
 
 def row_content(row: EventRow, g: Glyphs) -> Content:
     """``00:16 fault    GPU 1 (...): Xid 31 — ...`` in the severity's colour."""
-    e = row.first
+    first = row.first
+    e = first.event
     style = SEVERITY_STYLES.get(e.severity, "")
     if len(row.events) > 1:
-        msg = f"{len(row.events)}{g.times} {_failure_class(e)}: {e.message}"
+        msg = f"{len(row.events)}{g.times} {_failure_class(first)}: {e.message}"
     else:
         msg = e.message
-    evidence = " [evidence]" if text(e.data, "evidence") else ""
+    evidence = " [evidence]" if first.facts.evidence else ""
     return line(
         muted(f"{mmss(e.t)} "), (f"{e.kind:<8} ", style or "bold"), (msg, style), muted(evidence)
     )
@@ -76,11 +77,8 @@ def row_content(row: EventRow, g: Glyphs) -> Content:
 
 def failure_summary(view: RunView) -> str:
     """``failures: 96 http_5xx · 64 connect_error`` from the snapshot's counts."""
-    counts = mapping(view.snapshot, "load", "failures_by_class")
-    items = sorted(
-        ((k, int(v)) for k, v in counts.items() if isinstance(v, int | float) and v),
-        key=lambda kv: -kv[1],
-    )
+    counts = view.snapshot.load.failures_by_class if view.snapshot else {}
+    items = sorted(((k, n) for k, n in counts.items() if n), key=lambda kv: -kv[1])
     if not items:
         return ""
     sep = " | " if view.glyphs.ascii else " · "

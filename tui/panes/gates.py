@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from textual.content import Content
 
-from tui.fmt import dicts, mapping, num, text
+from soak.record.sections import GateProgress, ThresholdState
 from tui.glyphs import Glyphs
 from tui.panes.base import Pane, line, lines, muted
 from tui.runview import RunView
@@ -20,18 +19,14 @@ THRESHOLD_WORDS = {
 }
 
 
-def suite_parts(name: str, g: Mapping[str, Any], phase: str) -> list[tuple[str, str] | str]:
+def suite_parts(name: str, g: GateProgress, phase: str) -> list[tuple[str, str] | str]:
     """``json 23/24 FAIL`` (or ``12/24 …`` while it runs); the word always, colour too."""
-    passed = int(num(g, "passed") or 0)
-    total = int(num(g, "total") or 0)
-    done_n = num(g, "done")
-    done = total if done_n is None else int(done_n)
-    failed = int(num(g, "failed") or max(0, done - passed))
+    passed, total, done = g.passed, g.total, g.done
+    failed = g.failed or max(0, done - passed)
     frac = f"{passed}/{total}"
     if phase == "canary":
-        rounds = num(g, "rounds")
         word = ("FAIL", "bold $text-error") if failed else ("ok", "$text-success")
-        tail = f" ({int(rounds)} rounds)" if rounds else ""
+        tail = f" ({g.rounds} rounds)" if g.rounds else ""
         return [f"{name} ", (frac, "bold"), " ", word, tail]
     if done < total:
         word = ("FAIL", "bold $text-error") if failed else (f"{done} done", "dim")
@@ -41,13 +36,11 @@ def suite_parts(name: str, g: Mapping[str, Any], phase: str) -> list[tuple[str, 
     return [f"{name} ", (frac, "bold $text-error"), " ", ("FAIL", "bold $text-error")]
 
 
-def threshold_line(t: Mapping[str, Any], g: Glyphs) -> Content:
+def threshold_line(t: ThresholdState, g: Glyphs) -> Content:
     """``ttft.p99<2s  ok  (0.09)``."""
-    state = text(t, "state") or "no_data"
-    word, style = THRESHOLD_WORDS.get(state, (state, ""))
-    observed = num(t, "observed")
-    seen = g.missing if observed is None else f"{observed:.3g}"
-    cond = text(t, "condition") or text(t, "expr") or "?"
+    word, style = THRESHOLD_WORDS[t.state]
+    seen = g.missing if t.observed is None else f"{t.observed:.3g}"
+    cond = t.condition or t.expr or "?"
     return line(f"{cond} ", (word, style), muted(f" (observed {seen})"))
 
 
@@ -59,27 +52,27 @@ class GatesPane(Pane):
 
     def build(self, view: RunView, width: int, height: int) -> Content:
         g = view.glyphs
-        gates = mapping(view.snapshot, "gates")
+        snap = view.snapshot
+        gates = snap.gates if snap else {}
         out: list[Content | str] = []
         for phase, suites in gates.items():
-            if not isinstance(suites, Mapping) or not suites:
+            if not suites:
                 continue
             parts: list[Any] = [(f"{PHASE_WORDS.get(phase, phase):<7}", "bold")]
             for i, (name, res) in enumerate(suites.items()):
-                if isinstance(res, Mapping):
-                    parts += ([f" {g.sep} "] if i else []) + suite_parts(name, res, phase)
+                parts += ([f" {g.sep} "] if i else []) + suite_parts(name, res, phase)
             out.append(line(*parts))
         if not out:
-            early = text(view.snapshot, "phase") in (None, "identity")
+            early = (snap.phase if snap else None) in (None, "identity")
             out.append(line(muted("gates not started yet" if early else "no gates run")))
-        thresholds = dicts(view.snapshot, "thresholds")
+        thresholds = snap.thresholds if snap else []
         if thresholds:
-            breached = sum(1 for t in thresholds if t.get("state") == "breached")
+            breached = sum(1 for t in thresholds if t.state == "breached")
             out.append(
                 line(("thresholds ", "bold"), muted(f"{len(thresholds)} set, {breached} breached"))
             )
             order = {"breached": 0, "no_data": 1}  # the ones that matter first when clipped
-            ranked = sorted(thresholds, key=lambda t: order.get(str(t.get("state")), 2))
+            ranked = sorted(thresholds, key=lambda t: order.get(t.state, 2))
             out += [threshold_line(t, g) for t in ranked]
         else:
             out.append(line(("thresholds ", "bold"), muted("none set")))

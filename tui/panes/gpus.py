@@ -2,62 +2,81 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from textual.content import Content
 
+from soak.record.gpu_telemetry import GpuView
+from soak.record.telemetry import CoverageBySource
 from tui.coverage import answered, coverage, lost_entries, why
-from tui.fmt import dicts, num, pct, text
+from tui.fmt import pct
 from tui.glyphs import Glyphs
 from tui.panes.base import Pane, fit, line, lines, muted
+from tui.reader import EventEntry
 from tui.runview import RunView
 
+GpuKey = tuple[int | None, int | None, str | None]
+"""Which GPU: exporter (``url_index``, DCGM), index, and the source when it is no
+exporter (``nvml``)."""
 
-def gpu_label(gpu: Mapping[str, Any], multi_source: bool) -> str:
+
+def gpu_key(url_index: int | None, index: int | None, source: str | None) -> GpuKey:
+    """The same key for a GPU's snapshot entry and for its fault events' data."""
+    return (url_index, index, None if url_index is not None else source)
+
+
+def ecc_errors(events: Iterable[EventEntry]) -> dict[GpuKey, int]:
+    """New uncorrectable ECC errors per GPU so far, from the GPU ledger's ``fault`` events
+    (``ecc_uncorrectable``: ``ecc_new`` of them, or one from an NVML double-bit event). The
+    snapshot's GPU entries carry no ECC count: a change of the count is a fault event."""
+    out: dict[GpuKey, int] = {}
+    for e in events:
+        f = e.facts
+        if e.event.kind == "fault" and f.fault == "ecc_uncorrectable":
+            key = gpu_key(f.url_index, f.gpu, f.source)
+            out[key] = out.get(key, 0) + (f.ecc_new if f.ecc_new is not None else 1)
+    return out
+
+
+def gpu_label(gpu: GpuView, multi_source: bool) -> str:
     """``1:3`` (exporter 1, GPU 3) when several sources report, else ``3``."""
-    idx = num(gpu, "index")
-    src = num(gpu, "url_index")
-    i = "?" if idx is None else str(int(idx))
-    return f"{int(src)}:{i}" if multi_source and src is not None else i
+    i = "?" if gpu.index is None else str(gpu.index)
+    return f"{gpu.url_index}:{i}" if multi_source and gpu.url_index is not None else i
 
 
-def memory_fraction(gpu: Mapping[str, Any]) -> float | None:
+def memory_fraction(gpu: GpuView) -> float | None:
     """Used / total (total from used + free when the source gives no total)."""
-    used = num(gpu, "memory_used_mib")
-    total = num(gpu, "memory_total_mib")
-    if total is None and used is not None and num(gpu, "memory_free_mib") is not None:
-        total = used + (num(gpu, "memory_free_mib") or 0.0)
+    used, total = gpu.memory_used_mib, gpu.memory_total_mib
+    if total is None and used is not None and gpu.memory_free_mib is not None:
+        total = used + gpu.memory_free_mib
     if used is None or not total:
         return None
     return used / total
 
 
-def badges(gpu: Mapping[str, Any], compact: bool = False) -> list[tuple[str, str]]:
-    """Fault badges: Xid, ECC, throttling, other faults — words with colour."""
+def badges(gpu: GpuView, ecc: int = 0, compact: bool = False) -> list[tuple[str, str]]:
+    """Fault badges: Xid, ECC (``ecc``: new uncorrectable errors, :func:`ecc_errors`),
+    throttling, other faults — words with colour."""
     pad = "" if compact else " "
     out = []
-    xid = num(gpu, "last_xid")
-    if xid:
-        out.append((f"{pad}XID {int(xid)}{pad}", "bold reverse $text-error"))
-    ecc = sum(
-        v
-        for k, v in gpu.items()
-        if "ecc" in k.lower() and isinstance(v, int | float) and not isinstance(v, bool)
-    )
+    if gpu.last_xid:
+        out.append((f"{pad}XID {gpu.last_xid}{pad}", "bold reverse $text-error"))
     if ecc:
-        out.append((f"{pad}ECC {int(ecc)}{pad}", "bold reverse $text-error"))
-    faults = num(gpu, "faults")
-    if faults and not xid:
-        out.append((f"{pad}FAULT {int(faults)}{pad}", "bold reverse $text-error"))
-    throttle = gpu.get("throttle")
-    if throttle not in (None, 0, "", "none", [], {}):
+        out.append((f"{pad}ECC {ecc}{pad}", "bold reverse $text-error"))
+    if gpu.faults and not gpu.last_xid and not ecc:  # faults the badges before do not say
+        out.append((f"{pad}FAULT {gpu.faults}{pad}", "bold reverse $text-error"))
+    if gpu.throttle:  # the active throttle reasons in words
         out.append(("THR" if compact else " THROTTLE ", "bold $text-warning"))
     return out
 
 
-def _flagged(gpu: Mapping[str, Any]) -> bool:
-    return bool(badges(gpu)) or (text(gpu, "status") or "ok") != "ok"
+def _flagged(gpu: GpuView, ecc: int) -> bool:
+    return bool(badges(gpu, ecc)) or (gpu.status or "ok") != "ok"
+
+
+def _ecc_of(gpu: GpuView, ecc: dict[GpuKey, int]) -> int:
+    return ecc.get(gpu_key(gpu.url_index, gpu.index, gpu.source), 0)
 
 
 HEADING = "GPU  mem"
@@ -73,17 +92,15 @@ def bar_width(width: int) -> int:
     return max(3, min(24, width - 33))
 
 
-def gpu_row(gpu: Mapping[str, Any], label: str, width: int, g: Glyphs) -> Content:
+def gpu_row(gpu: GpuView, label: str, width: int, g: Glyphs, ecc: int = 0) -> Content:
     """``1:1 ██░░ 16%   6%  32°C  131W XID 31`` (memory bar, util, temp, power, badges)."""
     compact = width < 60
-    status = text(gpu, "status") or "ok"
+    status = gpu.status or "ok"
     if status != "ok":
         style = "$text-error" if "fail" in status else "dim"
-        return line((f"{label:<4}", "bold"), (status, style), " ", *badges(gpu, compact))
+        return line((f"{label:<4}", "bold"), (status, style), " ", *badges(gpu, ecc, compact))
     frac = memory_fraction(gpu)
-    temp = num(gpu, "temperature_c")
-    power = num(gpu, "power_w")
-    util = num(gpu, "util_percent")
+    temp, power, util = gpu.temperature_c, gpu.power_w, gpu.util_percent
     parts: list[Any] = [
         (f"{label:<4}", "bold"),
         (g.bar(frac, bar_width(width)), "$text-primary"),
@@ -93,20 +110,18 @@ def gpu_row(gpu: Mapping[str, Any], label: str, width: int, g: Glyphs) -> Conten
         f" {g.missing if power is None else f'{power:.0f}W':>5} ",
     ]
     if width >= 70:
-        name = text(gpu, "name") or ""
-        host = text(gpu, "host") or ""
-        parts.append(muted(f"{host} {name} "))
-    return line(*parts, *badges(gpu, compact))
+        parts.append(muted(f"{gpu.host or ''} {gpu.name or ''} "))
+    return line(*parts, *badges(gpu, ecc, compact))
 
 
-def gpu_summary(gpus: list[Mapping[str, Any]], g: Glyphs) -> list[Content]:
+def gpu_summary(gpus: list[GpuView], ecc: dict[GpuKey, int], g: Glyphs) -> list[Content]:
     """Two lines for many GPUs: memory, utilisation, temperature, power, faults."""
     fracs = [f for f in (memory_fraction(x) for x in gpus) if f is not None]
-    utils = [u for u in (num(x, "util_percent") for x in gpus) if u is not None]
-    temps = [t for t in (num(x, "temperature_c") for x in gpus) if t is not None]
-    powers = [p for p in (num(x, "power_w") for x in gpus) if p is not None]
-    hosts = {text(x, "host") for x in gpus if text(x, "host")}
-    bad = sum(1 for x in gpus if _flagged(x))
+    utils = [x.util_percent for x in gpus if x.util_percent is not None]
+    temps = [x.temperature_c for x in gpus if x.temperature_c is not None]
+    powers = [x.power_w for x in gpus if x.power_w is not None]
+    hosts = {x.host for x in gpus if x.host}
+    bad = sum(1 for x in gpus if _flagged(x, _ecc_of(x, ecc)))
     where = f", {len(hosts)} hosts" if len(hosts) > 1 else ""
     first = line(
         (f"{len(gpus)} GPUs{where}", "bold"),
@@ -130,7 +145,7 @@ GPU_SOURCES = (("dcgm", "DCGM"), ("nvml", "NVML"))
 """The coverage sources of GPU telemetry, with their names on screen."""
 
 
-def lost_sources(cov: Mapping[str, Any], width: int, g: Glyphs) -> list[Content]:
+def lost_sources(cov: CoverageBySource, width: int, g: Glyphs) -> list[Content]:
     """``DCGM exporter 0 LOST: 0/16 (HTTP 404)`` (answered of expected samples, the main
     failure): one line per GPU source that answered under half its samples during the
     load (its GPUs' rows, if any, are stale)."""
@@ -161,27 +176,28 @@ class GpuPane(Pane):
         g = view.glyphs
         lost = lost_sources(coverage(view), width, g)[:height]
         rest = self._gpus(view, width, height - len(lost)) if height > len(lost) else []
-        if lost and not dicts(view.telemetry, "gpus"):
+        if lost and not view.telemetry.gpus:
             rest = []  # not "no GPU source": there is one, and it is lost
         return lines([*lost, *rest])
 
     def _gpus(self, view: RunView, width: int, height: int) -> list[Content]:
         g = view.glyphs
-        gpus = dicts(view.telemetry, "gpus")
+        gpus = view.telemetry.gpus
         if not gpus:
             return [line(muted("no GPU source"))]
-        multi = len({num(x, "url_index") for x in gpus}) > 1
+        ecc = ecc_errors(view.events)
+        multi = len({x.url_index for x in gpus}) > 1
         if len(gpus) < height:
-            rows = [gpu_row(x, gpu_label(x, multi), width, g) for x in gpus]
+            rows = [gpu_row(x, gpu_label(x, multi), width, g, _ecc_of(x, ecc)) for x in gpus]
             return [heading(bar_width(width)), *rows]
-        out = gpu_summary(gpus, g)
+        out = gpu_summary(gpus, ecc, g)
         if height > len(out) + 1:
             out.append(heading(bar_width(width)))
         # The GPUs that need a look first, then the others while there is room.
-        ranked = sorted(gpus, key=lambda x: not _flagged(x))
+        ranked = sorted(gpus, key=lambda x: not _flagged(x, _ecc_of(x, ecc)))
         room = height - len(out)
         for x in ranked[: max(0, room)]:
-            out.append(gpu_row(x, gpu_label(x, multi), width, g))
+            out.append(gpu_row(x, gpu_label(x, multi), width, g, _ecc_of(x, ecc)))
         if len(ranked) > room > 0:
             out[-1] = line(muted(f"+{len(ranked) - room + 1} more GPUs (6 to maximise)"))
         return out[:height]

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from textual.content import Content
 
 from soak.judge.coverage import SOURCE_WORDS
+from soak.record.models import RunRecord
 from tui.coverage import answered, coverage, lost_so_far, short_key
-from tui.fmt import (
-    clip,
-    dicts,
-    mapping,
-    mmss,
-    num,
-    pct,
-    phase_label,
-    rate,
-    secs,
-    status_style,
-    text,
-)
+from tui.fmt import clip, mmss, pct, phase_label, rate, secs, status_style
+from tui.glyphs import Glyphs
 from tui.panes.base import Pane, fit, line, lines, muted
 from tui.runview import RunView
 
@@ -35,35 +24,35 @@ _NOTICE_STYLES = {
 def phase_progress(view: RunView) -> tuple[str, float | None]:
     """The phase in words with its detail, and how far it is (0–1) when that is known."""
     snap = view.snapshot
-    phase = text(snap, "phase")
+    if snap is None:
+        return phase_label(None), None
+    phase = snap.phase
     label = phase_label(phase)
-    elapsed = num(snap, "phase_elapsed_s")
+    elapsed = snap.phase_elapsed_s
     if phase in ("load", "paused"):
-        done, total = num(snap, "load", "issue_elapsed_s"), num(snap, "load", "issue_total_s")
+        done, total = snap.load.issue_elapsed_s, snap.load.issue_total_s
         if total:
             return f"{label} {mmss(done)} of {mmss(total)}", min(1.0, (done or 0.0) / total)
         return f"{label} {mmss(done)} (until the request count)", None
     if phase in ("before_gates", "after_gates"):
-        suites = mapping(snap, "gates", phase.removesuffix("_gates"))
-        total = sum(num(s, "total") or 0 for s in suites.values())
-        done = sum(num(s, "done") or 0 for s in suites.values())
+        suites = snap.gates.get(phase.removesuffix("_gates"), {})
+        total = sum(s.total for s in suites.values())
+        done = sum(s.done for s in suites.values())
         if total:
-            return f"{label} {int(done)}/{int(total)} probes", done / total
+            return f"{label} {done}/{total} probes", done / total
         return f"{label} {mmss(elapsed)}", None
     if phase == "drain":
-        in_flight = num(snap, "load", "in_flight")
-        left = f", {int(in_flight)} in flight" if in_flight is not None else ""
-        return f"{label} {mmss(elapsed)}{left}", None
+        return f"{label} {mmss(elapsed)}, {snap.load.in_flight} in flight", None
     if phase in ("matrix", "warmup"):
         # the matrix's phase events name the cell and repetition: "cell 2 (~256 / C1) rep 1/3"
         where = next(
-            (e.message for e in reversed(view.events) if e.kind == "phase"),
+            (e.event.message for e in reversed(view.events) if e.event.kind == "phase"),
             "",
         )
         return f"{label} {mmss(elapsed)} {where}".rstrip(), None
     if phase == "done":
         return label, 1.0
-    return (f"{label} {mmss(elapsed)}" if snap is not None else label), None
+    return f"{label} {mmss(elapsed)}", None
 
 
 def verdict_so_far(view: RunView) -> list[str]:
@@ -76,19 +65,17 @@ def verdict_so_far(view: RunView) -> list[str]:
 def _counts(view: RunView) -> list[str]:
     snap = view.snapshot
     out = []
-    failed = num(snap, "load", "failed")
-    if failed:
-        out.append(f"{int(failed)} failed requests")
-    faults = sum(1 for e in view.events if e.kind == "fault")
+    if snap is not None and snap.load.failed:
+        out.append(f"{snap.load.failed} failed requests")
+    faults = sum(1 for e in view.events if e.event.kind == "fault")
     if faults:
         out.append(f"{faults} fault{'s' if faults != 1 else ''}")
-    bad = 0
-    for suites in mapping(snap, "gates").values():
-        if isinstance(suites, Mapping):
-            bad += sum(int(num(s, "failed") or 0) for s in suites.values())
+    gates = snap.gates if snap is not None else {}
+    bad = sum(s.failed for suites in gates.values() for s in suites.values())
     if bad:
         out.append(f"{bad} failed probe{'s' if bad != 1 else ''}")
-    breached = [t for t in dicts(snap, "thresholds") if t.get("state") == "breached"]
+    thresholds = snap.thresholds if snap is not None else []
+    breached = [t for t in thresholds if t.state == "breached"]
     if breached:
         out.append(f"{len(breached)} threshold{'s' if len(breached) != 1 else ''} breached")
     return out
@@ -117,7 +104,7 @@ class HeaderPane(Pane):
     def build(self, view: RunView, width: int, height: int) -> Content:
         g = view.glyphs
         snap = view.snapshot
-        run_id = text(snap, "run_id") or (view.meta.run_dir.name if view.meta else "")
+        run_id = (snap.run_id if snap else "") or (view.meta.run_dir.name if view.meta else "")
         if view.cursor is not None:
             tag = (
                 f" REPLAY {view.cursor.index + 1}/{view.cursor.total} ",
@@ -173,12 +160,12 @@ class HeaderPane(Pane):
             return [fit(line(*parts), width, g)]
         if not reasons:
             return [line(word)]
-        shown = [r for r in reasons if r.get("effect") != "note"] or reasons
+        shown = [r for r in reasons if r.effect != "note"] or reasons
         if room >= len(shown) + 1 and room > 2:
-            return [line(word), *(line(f"- {text(r, 'message') or ''}") for r in shown)]
+            return [line(word), *(line(f"- {r.message}") for r in shown)]
         more = len(shown) - 1
         hint = f" (+{more} more: 1)" if more else ""
-        first_msg = text(shown[0], "message") or ""
+        first_msg = shown[0].message
         return [
             line(
                 word,
@@ -203,67 +190,68 @@ class HeaderPane(Pane):
                     f"issue window {mmss(dur) if dur else g.missing}",
                 )
             )
-        client = mapping(view.snapshot, "client")
-        if client:
+        if view.snapshot is not None:
+            client = view.snapshot.client
             out.append(
                 line(
                     muted("client   "),
-                    f"cpu {_int(num(client, 'cpu_percent'), g)}%  ",
-                    f"rss {rate(num(client, 'rss_mb'), g)} MB  ",
-                    f"loop lag {secs(num(client, 'loop_lag_s'), g)}  ",
-                    f"fds {_int(num(client, 'open_files'), g)}/{_int(num(client, 'fd_limit'), g)}",
+                    f"cpu {_int(client.cpu_percent, g)}%  ",
+                    f"rss {rate(client.rss_mb, g)} MB  ",
+                    f"loop lag {secs(client.loop_lag_s, g)}  ",
+                    f"fds {_int(client.open_files, g)}/{_int(client.fd_limit, g)}",
                 )
             )
         out += _coverage_lines(view, width)
         at_end = view.cursor is None or view.cursor.index == view.cursor.total - 1
         if view.record is not None and at_end:
             out += _record_lines(view.record, view)
+        if view.skipped_lines:
+            n = view.skipped_lines
+            out.append(
+                line(
+                    muted("journals "),
+                    (f"{n} line{'s' if n != 1 else ''} unreadable, not shown", "$text-warning"),
+                )
+            )
         return out
 
 
-def _int(v: float | None, g: Any) -> str:
+def _int(v: float | None, g: Glyphs) -> str:
     return g.missing if v is None else str(int(v))
 
 
 def _coverage_lines(view: RunView, width: int) -> list[Content]:
     """Every telemetry source's coverage of the load so far, one row each (maximised)."""
     g = view.glyphs
-    rows = [
-        (source, key, e)
-        for source, keys in coverage(view).items()
-        if isinstance(keys, Mapping)
-        for key, e in keys.items()
-        if isinstance(e, Mapping)
-    ]
+    rows = [(source, key, e) for source, keys in coverage(view).items() for key, e in keys.items()]
     if not rows:
         return []
     out = [line(muted(f"{'telemetry':<30} {'answered':>9} {'share':>5}  why"))]
     for source, key, e in rows:
-        lost = e.get("lost") is True
         word = SOURCE_WORDS.get(source, source)
         name = word if key == source else f"{word} {short_key(key)}"  # "host sampling"
         parts: list[Any] = [
-            f"{clip(name, 30, g):<30} {answered(e):>9} {pct(num(e, 'share'), g):>5}  ",
-            ("LOST ", "bold $text-error") if lost else "",
-            muted(text(e, "why") or ""),
+            f"{clip(name, 30, g):<30} {answered(e):>9} {pct(e.share, g):>5}  ",
+            ("LOST ", "bold $text-error") if e.lost else "",
+            muted(e.why or ""),
         ]
         out.append(fit(line(*parts), width, g))
     return out
 
 
-def _record_lines(record: Mapping[str, Any], view: RunView) -> list[Content]:
+def _record_lines(record: RunRecord, view: RunView) -> list[Content]:
     g = view.glyphs
-    load = mapping(record, "load")
-    out = [line(muted("record   "), f"exit code {_int(num(record, 'exit_code'), g)}")]
-    if load:
+    load = record.load
+    out = [line(muted("record   "), f"exit code {record.exit_code}")]
+    if load is not None:
         out.append(
             line(
                 muted("load     "),
-                f"completed {_int(num(load, 'completed'), g)}, ",
-                f"failed {_int(num(load, 'failed'), g)}, ",
-                f"{rate(num(load, 'output_tokens_per_s'), g)} out tok/s (drain included), ",
-                f"P99 TTFT {secs(num(load, 'ttft_s', 'p99'), g)}, ",
-                f"P99 E2E {secs(num(load, 'e2e_s', 'p99'), g)}",
+                f"completed {load.completed}, ",
+                f"failed {load.failed}, ",
+                f"{rate(load.output_tokens_per_s, g)} out tok/s (drain included), ",
+                f"P99 TTFT {secs(load.ttft_s.p99, g)}, ",
+                f"P99 E2E {secs(load.e2e_s.p99, g)}",
             )
         )
     return out

@@ -15,7 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 from soak.safe_text import safe_line, safe_text
-from tui.fmt import mmss, text
+from tui.fmt import mmss
 from tui.panes.events import EventRow
 
 EVIDENCE_LIMIT = 40_000
@@ -58,7 +58,7 @@ def detail_text(row: EventRow, run_dir: Path) -> str:
 
 
 def _detail(row: EventRow, run_dir: Path) -> str:
-    e = row.first
+    e = row.first.event
     out = [
         f"time      +{mmss(e.t)} ({e.t:.3f} s into the run), {e.wall or 'no wall time'}",
         f"kind      {e.kind}, severity {e.severity}",
@@ -69,10 +69,10 @@ def _detail(row: EventRow, run_dir: Path) -> str:
         out += ["", "data", json.dumps(dict(e.data), indent=2, ensure_ascii=False, default=str)]
     if len(row.events) > 1:
         out += ["", f"{len(row.events)} events in this burst:"]
-        out += [f"  +{mmss(x.t)} {x.message}" for x in row.events[:BURST_LIMIT]]
+        out += [f"  +{mmss(x.event.t)} {x.event.message}" for x in row.events[:BURST_LIMIT]]
         if len(row.events) > BURST_LIMIT:
             out.append(f"  ... {len(row.events) - BURST_LIMIT} more in events.jsonl")
-    name = text(e.data, "evidence")
+    name = row.first.facts.evidence
     if name:
         out += ["", f"evidence  {run_dir / name}", read_evidence(run_dir, name)]
     return "\n".join(out)
@@ -92,7 +92,8 @@ class EventDetailScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog detail"):
-            yield Label(Content(f"Event: {safe_line(self.row.first.kind)}"), classes="dialog-title")
+            kind = safe_line(self.row.first.event.kind)
+            yield Label(Content(f"Event: {kind}"), classes="dialog-title")
             with VerticalScroll():
                 # Content(...) not markup: messages and evidence contain square brackets.
                 yield Static(Content(detail_text(self.row, self.run_dir)), id="event-body")

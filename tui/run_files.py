@@ -1,0 +1,97 @@
+"""The run directory's one-shot files, read through their writers' models: the config
+and identity (the run's target, written at start) and ``record.json`` (the verdict).
+
+No Textual here. A file that does not exist yet, or cannot be read, is None; one that
+does not quite validate is read as far as it can be (:mod:`tui.lenient`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from soak.record.models import Identity, RunRecord
+from tui.lenient import M, parse
+
+
+class PlannedRun(BaseModel):
+    """What the monitor reads of ``config.json`` (``soak.run.config.RunConfig``'s public
+    dict, which the record, too, keeps as free-form JSON): the rest is ignored. The
+    config's own model is no reader's: it checks that the run's files and URLs are there
+    now, and a finished run's are long gone."""
+
+    endpoints: list[str] | None = None
+    """Base URLs (``<endpoint i>`` with --redact): how many replicas."""
+    model: str | None = None
+    engine: str | None = None
+    concurrency: int | None = None
+    duration_s: float | None = None
+    drain_timeout_s: float | None = None
+    require_telemetry: list[str] = Field(default_factory=list)
+    """``--require-telemetry`` kinds: their lost sources fail the run."""
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """What the run is aimed at, from ``config.json`` / ``identity.json`` (may be empty)."""
+
+    run_dir: Path
+    model: str | None = None
+    endpoints: int | None = None
+    engine: str | None = None
+    concurrency: int | None = None
+    duration_s: float | None = None
+    required_telemetry: tuple[str, ...] = ()
+    """The ``--require-telemetry`` kinds (``soak.judge.coverage.REQUIRE_KINDS``)."""
+
+    @property
+    def target(self) -> str:
+        """``2 endpoints · tiny-sim`` (what is known)."""
+        parts = []
+        if self.endpoints is not None:
+            parts.append(f"{self.endpoints} endpoint{'s' if self.endpoints != 1 else ''}")
+        if self.model:
+            parts.append(self.model)
+        if self.engine:
+            parts.append(self.engine)
+        return " / ".join(parts) if parts else "target unknown"
+
+
+def read_planned(run_dir: Path) -> PlannedRun | None:
+    """``config.json`` once it exists, else None."""
+    return _read(run_dir / "config.json", PlannedRun)
+
+
+def read_meta(run_dir: Path) -> RunMeta | None:
+    """The run's target from its config (written at start) and identity, None before."""
+    cfg = read_planned(run_dir)
+    ident = _read(run_dir / "identity.json", Identity)
+    if cfg is None and ident is None:
+        return None
+    n_endpoints = len(cfg.endpoints) if cfg is not None and cfg.endpoints is not None else None
+    if n_endpoints is None and ident is not None and ident.endpoints:
+        n_endpoints = len(ident.endpoints)
+    return RunMeta(
+        run_dir=run_dir,
+        model=(ident.model if ident else None) or (cfg.model if cfg else None),
+        endpoints=n_endpoints,
+        engine=(ident.engine if ident else None) or (cfg.engine if cfg else None),
+        concurrency=cfg.concurrency if cfg else None,
+        duration_s=cfg.duration_s if cfg else None,
+        required_telemetry=tuple(cfg.require_telemetry) if cfg else (),
+    )
+
+
+def read_record(run_dir: Path) -> RunRecord | None:
+    """``record.json`` once it exists (it is written atomically), else None."""
+    return _read(run_dir / "record.json", RunRecord)
+
+
+def _read(path: Path, model: type[M]) -> M | None:
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    return parse(model, raw).value
