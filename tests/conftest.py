@@ -15,6 +15,19 @@ import pytest
 SKIP_ENV = "SOAKTOP_SKIP_REAL_ENGINE"
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_size_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test sees the terminal size soaktop falls back to, wherever pytest runs.
+
+    pytest-xdist's workers (``make check``) run with ``COLUMNS=80 LINES=24`` set, and a
+    developer's shell may export them too; tables sized by ``shutil.get_terminal_size``
+    (``soaktop runs``) would then be cut where a serial run under pytest's capture
+    (no terminal: the 160-column fallback) is not. A test about the width sets it itself.
+    """
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--no-real-engine",
