@@ -2,7 +2,8 @@
 
 import pytest
 
-from soak.run.config import ConfigError, load_config
+from soak.run.config import ConfigError
+from soak.run.config_load import load_config
 
 BASE = {"endpoints": ["http://127.0.0.1:8000"], "model": "tiny"}
 
@@ -68,7 +69,7 @@ def test_telemetry_flags_parse_and_bad_values_name_the_field():
     import subprocess
     import sys
 
-    from soak.cli.main import _cli_values, build_parser
+    from soak.cli.parser import build_parser, cli_values
 
     ns = build_parser().parse_args(
         [
@@ -89,7 +90,7 @@ def test_telemetry_flags_parse_and_bad_values_name_the_field():
             "2",
         ]
     )
-    cfg = load_config(_cli_values(ns), environ={})
+    cfg = load_config(cli_values(ns), environ={})
     assert cfg.ignore_xid == [45, 31, 13] and cfg.server_pid == [os.getpid()]
     assert cfg.reconcile == "strict" and cfg.telemetry_interval_s == 2.0
     gone = subprocess.Popen([sys.executable, "-c", "pass"])

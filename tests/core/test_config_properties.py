@@ -13,7 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from soak.run.config import ConfigError, RunConfig, allowed, load_config
+from soak.run.config import ConfigError, RunConfig
+from soak.run.config_load import load_config
+from soak.run.config_words import allowed
 
 BASE = {"endpoints": ["http://127.0.0.1:8000"], "model": "tiny", "gates": [], "nvml": False}
 FIELDS = sorted(RunConfig.model_fields)

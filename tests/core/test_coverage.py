@@ -7,7 +7,9 @@ import asyncio
 import errno
 import gzip
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -26,7 +28,8 @@ from soak.judge.coverage import (
 from soak.judge.reconcile import reconcile_window
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter
-from soak.run.config import ConfigError, load_config
+from soak.run.config import ConfigError
+from soak.run.config_load import load_config
 from soak.watch.engine import EngineWatch
 from soak.watch.health import FaultWatch, fault_reasons
 from soak.watch.periodic import poll_timeout
@@ -87,7 +90,7 @@ def test_failure_kinds_are_bounded():
 # --- reasons and the option ---------------------------------------------------------------
 
 
-def _lost(source: str, key: str, why: str) -> dict:
+def _lost(source: str, key: str, why: str) -> dict[str, Any]:
     entry = {"answered": 1, "expected": 10, "share": 0.1, "lost": True, "why": why}
     return {source: {key: entry}, "host": {"host": {"lost": False}}}
 
@@ -148,7 +151,14 @@ async def _hang(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200)
 
 
-async def _engine_watch(tmp_path: Path, handler, interval_s: float = 0.25) -> EngineWatch:
+# what httpx.MockTransport takes: a plain or an async function of the request
+Handler = (
+    Callable[[httpx.Request], httpx.Response]
+    | Callable[[httpx.Request], Coroutine[None, None, httpx.Response]]
+)
+
+
+async def _engine_watch(tmp_path: Path, handler: Handler, interval_s: float = 0.25) -> EngineWatch:
     window = LoadWindow()
     window.open(0.0)
     events = EventLog(JsonlWriter(tmp_path / "events.jsonl"), time.perf_counter_ns())
@@ -204,6 +214,7 @@ async def test_metrics_that_give_nothing_usable_are_not_answered(tmp_path, statu
     await watch.tick()
     entry = watch.coverage(2.0)["engine_metrics"]["endpoint 0"]
     assert (entry["answered"], entry["why"]) == (1, why)
+    assert watch._events is not None
     messages = [e.message for e in watch._events.take_pending()]
     assert messages == [
         f"engine telemetry: endpoint 0 /metrics gives no usable sample: {why}",
@@ -261,7 +272,7 @@ async def test_a_huge_dcgm_page_is_a_sample_error(tmp_path):
 
 
 def _sample(error: str | None = None) -> EngineSample:
-    values = {
+    values: dict[str, float | None] = {
         "requests_finished_total": 3.0,
         "prompt_tokens_total": 30.0,
         "generation_tokens_total": 60.0,
@@ -283,7 +294,9 @@ def test_lost_metrics_make_the_reconciliation_unavailable_with_why_never_mismatc
 # --- /health and the server log ----------------------------------------------------------
 
 
-async def _fault_watch(tmp_path: Path, handler, clock: list[float], **kw) -> FaultWatch:
+async def _fault_watch(
+    tmp_path: Path, handler: Handler, clock: list[float], **kw: Any
+) -> FaultWatch:
     window = LoadWindow()
     window.open(0.0)
     events = EventLog(JsonlWriter(tmp_path / "events.jsonl"), time.perf_counter_ns())

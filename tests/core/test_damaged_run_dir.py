@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,8 +36,9 @@ def _run(tmp_path: Path, name: str = "run") -> Path:
     return dest
 
 
-def _record(run: Path) -> dict:
-    return json.loads((run / "record.json").read_text())
+def _record(run: Path) -> dict[str, Any]:
+    rec: dict[str, Any] = json.loads((run / "record.json").read_text())
+    return rec
 
 
 def _truncated(run: Path) -> str:

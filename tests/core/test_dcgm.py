@@ -1,4 +1,4 @@
-"""GPU telemetry from a dcgm-exporter: the parser, and GpuWatch's events, view and record."""
+"""GPU telemetry from a dcgm-exporter: the parser, and DcgmWatch's events, view and record."""
 
 from __future__ import annotations
 
@@ -7,20 +7,21 @@ import re
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
 import pytest
 
-from probes.dcgm import DcgmSample, GpuReading, _metrics_url, parse_dcgm, throttle_words
+from probes.dcgm import DcgmSample, _metrics_url, parse_dcgm
+from probes.gpu_reading import GpuReading, throttle_words
 from probes.xid import XID_MEANING
 from simengine.dcgm import DcgmExporter, fake_uuid
 from soak.cli.demo import simulated_engine
 from soak.judge.thresholds import metrics_from_record
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter, read_jsonl
-from soak.watch.gpu.dcgm import GpuWatch
+from soak.watch.gpu.dcgm import DcgmWatch
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -202,7 +203,7 @@ def test_metrics_url_with_or_without_the_path():
     assert _metrics_url("n:9400/") == "http://n:9400/metrics"
 
 
-# --- GpuWatch ---------------------------------------------------------------------------
+# --- DcgmWatch ---------------------------------------------------------------------------
 
 
 def _scrub_ids(v: Any) -> Any:
@@ -216,10 +217,10 @@ def _scrub_ids(v: Any) -> Any:
     return v
 
 
-def _watch(tmp_path: Path, urls: list[str], **kw: Any) -> tuple[GpuWatch, EventLog]:
+def _watch(tmp_path: Path, urls: list[str], **kw: Any) -> tuple[DcgmWatch, EventLog]:
     origin = time.perf_counter_ns()
     events = EventLog(JsonlWriter(tmp_path / "events.jsonl"), origin)
-    watch = GpuWatch(urls, origin, JsonlWriter(tmp_path / "telemetry.jsonl"), events, **kw)
+    watch = DcgmWatch(urls, origin, JsonlWriter(tmp_path / "telemetry.jsonl"), events, **kw)
     return watch, events
 
 
@@ -266,7 +267,8 @@ async def test_xid_on_the_simulated_engine_is_one_fault_event(tmp_path):
     )
     assert ev.data["gpu"] == 1 and ev.data["xid"] == 31 and ev.data["uuid"] == "<uuid>"
 
-    summary = {s["index"]: s for s in watch.summary()}
+    # the watch types its entries as objects; the tests read them as the JSON they become
+    summary: dict[Any, dict[str, Any]] = {s["index"]: s for s in watch.summary()}
     assert summary[0]["xid_events"] == []
     (xe,) = summary[1]["xid_events"]
     assert xe["xid"] == 31 and xe["meaning"] == XID_MEANING[31] and xe["already_set"] is False
@@ -415,7 +417,7 @@ async def test_event_rules_baseline_changes_memory_faults_and_recovery(tmp_path)
     assert "not counted as a run fault" in reasons[0].message
     assert reasons[-1].message.endswith("at 8.0 s (DCGM exporter 0)")
 
-    s0, s1 = watch.summary()
+    s0, s1 = cast(list[dict[str, Any]], watch.summary())
     assert [(x["xid"], x["already_set"]) for x in s0["xid_events"]] == [(13, True), (13, False)]
     assert s0["throttle_seen"] == ["gpu idle"] and s1["throttle_seen"] == ["hw thermal"]
     # readings at 1, 2, 3, 4, 5 and 8 s, each reason held until the next reading
@@ -454,12 +456,13 @@ async def test_an_ignored_xid_is_recorded_as_a_note_not_a_failure(tmp_path):
         ("failed", f"{label1}: Xid 31 — {XID_MEANING[31]}, at load+2s (DCGM exporter 0)"),
     ]
     # still in the record's Xid list: waived, not forgotten
-    assert [x["xid"] for x in watch.summary()[0]["xid_events"]] == [45]
+    gpu0: dict[str, Any] = watch.summary()[0]
+    assert [x["xid"] for x in gpu0["xid_events"]] == [45]
     await watch.stop()
 
 
 async def test_an_xid_sequence_gives_exactly_these_events_reasons_and_entries(tmp_path):
-    """GpuWatch's output shapes (now built by the shared GpuLedger), as literal values: a
+    """DcgmWatch's output shapes (now built by the shared GpuLedger), as literal values: a
     baseline Xid is a note, a repeat is nothing, a reset to 0 only moves the baseline and
     later changes are faults. Key order counts too (it is the order written)."""
     watch, events = _watch(tmp_path, ["http://unused:9400"])
@@ -485,6 +488,7 @@ async def test_an_xid_sequence_gives_exactly_these_events_reasons_and_entries(tm
         return {"url_index": 0, "index": i, "name": h100, "host": "gpu-node-07"}
 
     def xid(i: int, x: int, meaning: str, t: float, already: bool) -> dict[str, Any]:
+        reason, effect = verdict_words[(i, x, t)]  # the verdict's words travel with the event
         return {
             "source": "dcgm",
             "url_index": 0,
@@ -493,6 +497,8 @@ async def test_an_xid_sequence_gives_exactly_these_events_reasons_and_entries(tm
             "host": "gpu-node-07",
             "uuid": f"GPU-{i}",
             "fault": "xid",
+            "reason": reason,
+            "effect": effect,
             "xid": x,
             "meaning": meaning,
             "t_s": t,
@@ -503,6 +509,16 @@ async def test_an_xid_sequence_gives_exactly_these_events_reasons_and_entries(tm
     gpu1 = f"GPU 1 ({h100}, host gpu-node-07)"
     x13, x31 = "graphics engine exception", "GPU memory page fault (illegal memory access)"
     x43 = "channel stopped after an application fault"
+    verdict_words = {
+        (0, 13, 1.0): (
+            f"{gpu0}: Xid 13 — {x13} was already set at start "
+            "(DCGM exporter 0; time unknown, not counted as a run fault)",
+            "note",
+        ),
+        (0, 13, 4.0): (f"{gpu0}: Xid 13 — {x13}, at 4.0 s (DCGM exporter 0)", "failed"),
+        (1, 31, 4.0): (f"{gpu1}: Xid 31 — {x31}, at 4.0 s (DCGM exporter 0)", "failed"),
+        (0, 43, 5.0): (f"{gpu0}: Xid 43 — {x43}, at 5.0 s (DCGM exporter 0)", "failed"),
+    }
     expected_events = [
         (
             "fault",

@@ -8,15 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from probes.engine_metrics import (
-    VOCABULARY,
-    EngineSample,
-    Histogram,
-    histogram_delta,
-    histogram_quantile,
-    parse_metrics,
-    server_latency,
-)
+from probes.engine_metrics import VOCABULARY, EngineSample, parse_metrics, server_latency
+from probes.server_histogram import Histogram, histogram_delta, histogram_quantile
 from soak.judge.reconcile import reconcile_window
 from soak.record.journal import JsonlWriter, read_jsonl
 from soak.record.models import EndpointIdentity
@@ -126,7 +119,8 @@ def test_two_vllm_engines_split_and_add_up():
     summed = [k for k in VOCABULARY if k != "kv_usage" and e0[k] is not None]
     assert "token_slots" in summed and "preemptions_total" in summed
     for key in summed:
-        assert s.values[key] == e0[key] + e1[key], key
+        v0, v1 = e0[key], e1[key]
+        assert v0 is not None and v1 is not None and s.values[key] == v0 + v1, key
     assert s.values["kv_usage"] == 0.5  # the fullest engine, not a sum
     assert s.values["token_slots"] == (8192 + 4096) * 128
     assert s.finished_by_reason["length"] == 5.0
@@ -448,7 +442,7 @@ def bumped(preemptions: float, ttft_total: float) -> str:
     return with_histogram(text, TTFT, {"0.02": 2.0} | more, 0.03 * ttft_total)
 
 
-def fake_scrapes(monkeypatch, texts: Iterator[str]) -> None:
+def fake_scrapes(monkeypatch: pytest.MonkeyPatch, texts: Iterator[str]) -> None:
     """EngineWatch's scrapes answer ``texts`` in turn, at t = 0, 1, 2, …"""
     clock = iter(range(100))
 

@@ -4,6 +4,10 @@ prefix cache over the load's window (parsed from real and documented expositions
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
 
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter
@@ -28,6 +32,11 @@ def _spec(drafts: float, draft_tokens: float, accepted: float) -> str:
     )
 
 
+def _as_json(rows: list[dict[str, object]]) -> list[dict[str, Any]]:
+    """The watch's rows as the snapshot and record hold them: JSON, read here by key."""
+    return cast(list[dict[str, Any]], rows)
+
+
 def _running(text: str, n: int) -> str:
     return text.replace(
         'vllm:num_requests_running{engine="0",model_name="tiny"} 0.0',
@@ -35,7 +44,9 @@ def _running(text: str, n: int) -> str:
     )
 
 
-async def _run(tmp_path, monkeypatch, texts: list[str], window: tuple[int, int]):
+async def _run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, texts: list[str], window: tuple[int, int]
+) -> tuple[EngineWatch, EventLog]:
     """Scrape ``texts`` in turn, tracking the load from index window[0] to window[1]."""
     fake_scrapes(monkeypatch, iter(texts))
     events = EventLog(JsonlWriter(tmp_path / "events.jsonl"), time.perf_counter_ns())
@@ -60,7 +71,7 @@ async def test_counters_going_down_are_a_restart_event_and_fail_the_run(tmp_path
     (ev,) = [e for e in events.take_pending() if e.kind == "restart"]
     assert ev.severity == "critical" and ev.data["endpoint"] == 0
     assert "generation_tokens_total 9,000 → 24" in ev.message and "restarted" in ev.message
-    (eng,) = watch.summary()
+    (eng,) = _as_json(watch.summary())
     assert [r["t"] for r in eng["restarts"]] == [2.0]
     (reason,) = restart_reasons({"engines": watch.summary()}, load_start_s=1.0)
     assert (reason.code, reason.effect) == ("server_restart", "failed")
@@ -72,7 +83,7 @@ async def test_counters_going_down_are_a_restart_event_and_fail_the_run(tmp_path
 async def test_running_mean_peaks_and_token_slots_over_the_load(tmp_path, monkeypatch):
     texts = [_running(REAL, 9), _running(REAL, 2), _running(REAL, 4), _running(REAL, 7)]
     watch, _ = await _run(tmp_path, monkeypatch, texts, (1, 2))
-    (eng,) = watch.summary()
+    (eng,) = _as_json(watch.summary())
     # the scrape before the load (9 running) and after the window (7) stay out
     assert eng["running_max"] == 4.0 and eng["running_mean"] == 3.0
     assert eng["token_slots"] == 8192 * 128 and eng["cache_config"]["block_size"] == "128"
@@ -89,7 +100,7 @@ async def test_running_mean_peaks_and_token_slots_over_the_load(tmp_path, monkey
 async def test_two_engines_behind_one_endpoint_keep_their_own_peaks(tmp_path, monkeypatch):
     texts = [two_engines(REAL)] * 2
     watch, _ = await _run(tmp_path, monkeypatch, texts, (0, 1))
-    (eng,) = watch.summary()
+    (eng,) = _as_json(watch.summary())
     assert [p["engine_label"] for p in eng["per_engine"]] == ["0", "1"]
     e0, e1 = eng["per_engine"]
     assert (e0["running_max"], e1["running_max"]) == (0.0, 2.0)
@@ -100,7 +111,7 @@ async def test_two_engines_behind_one_endpoint_keep_their_own_peaks(tmp_path, mo
 async def test_spec_decode_acceptance_over_the_window(tmp_path, monkeypatch):
     texts = [REAL + _spec(40, 120, 75), REAL + _spec(140, 420, 285)]
     watch, _ = await _run(tmp_path, monkeypatch, texts, (0, 1))
-    (eng,) = watch.summary()
+    (eng,) = _as_json(watch.summary())
     assert eng["spec_decode"] == {
         "drafts": 100.0,
         "draft_tokens": 300.0,
@@ -113,7 +124,7 @@ async def test_spec_decode_acceptance_over_the_window(tmp_path, monkeypatch):
 
 async def test_sglang_gauges_stand_in_where_it_has_no_counters(tmp_path, monkeypatch):
     watch, _ = await _run(tmp_path, monkeypatch, [SGLANG, SGLANG], (0, 1))
-    (eng,) = watch.summary()
+    (eng,) = _as_json(watch.summary())
     assert eng["engine"] == "sglang" and eng["token_slots"] is not None
     assert eng["prefix_cache"]["method"] == "engine gauge at the end of the load"
     assert eng["spec_decode"]["method"] == "engine gauge at the end of the load"
@@ -130,7 +141,7 @@ async def test_the_live_view_carries_the_servers_ttft_from_the_barrier_on(tmp_pa
     await watch.scrape_all()
     watch.tracking = True
     await watch.scrape_all()
-    (live,) = watch.view()
+    (live,) = _as_json(watch.view())
     # 5 new TTFTs since the barrier, all in (0.02, 0.04]: the panes show it beside the client's
     assert live["server_ttft_s"]["n"] == 5 and 0.02 < live["server_ttft_s"]["p50"] <= 0.04
     await watch.stop()

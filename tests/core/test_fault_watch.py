@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter, read_jsonl
@@ -14,7 +16,7 @@ FATAL = (
 )
 
 
-async def _watch(tmp_path, keep_lines: bool) -> tuple[FaultWatch, list[dict]]:
+async def _watch(tmp_path: Path, keep_lines: bool) -> tuple[FaultWatch, list[dict[str, Any]]]:
     log = tmp_path / "server.log"
     log.write_text("INFO before the run: not read\n")
     origin = time.perf_counter_ns()

@@ -1,5 +1,7 @@
 """The record's one timeline of faults, relative to the load's start."""
 
+from typing import Any
+
 from soak.record.faults import faults_from_events, when
 
 
@@ -10,7 +12,9 @@ def test_when_says_how_far_into_the_load():
     assert when(16.34, None) == "at 16.3 s"
 
 
-def _ev(kind, t, message, severity="critical", **data):
+def _ev(
+    kind: str, t: float, message: str, severity: str = "critical", **data: Any
+) -> dict[str, Any]:
     return {
         "t": t,
         "wall": "",

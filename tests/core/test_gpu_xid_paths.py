@@ -4,7 +4,7 @@ An Xid delivered by local NVML once reached the record (``summary_entry``) but n
 snapshot (``view_entry`` read the reading's gauge, which NVML never sets), so the live GPU
 pane showed ``FAULT 1`` where a DCGM source shows ``XID 31``. These tests drive the real
 ``NvmlWatch`` (stubbed ``pynvml`` functions, as in ``test_nvml.py``) and the real
-``GpuWatch`` through the shared ``GpuLedger`` and compare what each writes; and they pin
+``DcgmWatch`` through the shared ``GpuLedger`` and compare what each writes; and they pin
 the one wording of an Xid soaktop has no words for.
 """
 
@@ -17,16 +17,24 @@ from typing import Any
 
 import pytest
 
-from probes.dcgm import DcgmSample, GpuReading
+from probes.dcgm import DcgmSample
+from probes.gpu_reading import GpuReading
 from probes.server_log import classify
 from probes.xid import XID_MEANING, XID_UNKNOWN, xid_meaning
 from soak.record.events import EventLog
+from soak.record.gpu_telemetry import GpuView
 from soak.record.journal import JsonlWriter
-from soak.watch.gpu.dcgm import GpuWatch
+from soak.watch.gpu.dcgm import DcgmWatch
 from soak.watch.gpu.nvml import NvmlWatch
 from soak.watch.gpu.sources import gpu_entries
 from tests.core.test_nvml import FakeGpu, FakeNvml
-from tui.panes.gpus import badges
+from tui.panes import gpus
+
+
+def badges(entry: object) -> list[tuple[str, str]]:
+    """The GPU pane's badges for a snapshot entry as its writer made it."""
+    return gpus.badges(GpuView.model_validate(entry))
+
 
 UNKNOWN = 999
 """An Xid code in ``--ignore-xid``'s range that soaktop's table does not know."""
@@ -63,12 +71,12 @@ async def nvml_after_xid(fake: FakeNvml, run_dir: Path, xid: int) -> tuple[NvmlW
     return watch, events
 
 
-def dcgm_after_xid(run_dir: Path, xid: int) -> tuple[GpuWatch, EventLog]:
-    """A ``GpuWatch`` whose exporter showed GPU 1's last-Xid gauge at 0, then at ``xid``
+def dcgm_after_xid(run_dir: Path, xid: int) -> tuple[DcgmWatch, EventLog]:
+    """A ``DcgmWatch`` whose exporter showed GPU 1's last-Xid gauge at 0, then at ``xid``
     (no ``err_msg``: soaktop's own words)."""
     origin = time.perf_counter_ns()
     events = EventLog(JsonlWriter(run_dir / "events.jsonl"), origin)
-    watch = GpuWatch(
+    watch = DcgmWatch(
         ["http://unused:9400"], origin, JsonlWriter(run_dir / "telemetry.jsonl"), events
     )
 
@@ -155,7 +163,7 @@ async def test_an_unknown_xid_is_worded_the_same_by_nvml_dcgm_and_the_server_log
     dcgm, dcgm_events = dcgm_after_xid(tmp_path / "dcgm", UNKNOWN)
     await dcgm.stop()
 
-    sources: list[tuple[NvmlWatch | GpuWatch, EventLog]] = [
+    sources: list[tuple[NvmlWatch | DcgmWatch, EventLog]] = [
         (nvml, nvml_events),
         (dcgm, dcgm_events),
     ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -26,7 +28,7 @@ class _Cpu:
         return HostSample(cpu_percent=self.cpu, rss_mb=50.0, threads=4, open_files=9, fd_limit=1024)
 
 
-def _watch(tmp_path, **kw) -> tuple[HostWatch, EventLog]:
+def _watch(tmp_path: Path, **kw: Any) -> tuple[HostWatch, EventLog]:
     events = EventLog(JsonlWriter(tmp_path / "events.jsonl"), time.perf_counter_ns())
     return HostWatch(JsonlWriter(tmp_path / "telemetry.jsonl"), events, **kw), events
 

@@ -11,7 +11,8 @@ from soak.record.matrix import (
     parse_matrix,
     pool_cell,
 )
-from soak.run.config import ConfigError, load_config
+from soak.run.config import ConfigError
+from soak.run.config_load import load_config
 
 
 def test_the_spec_reads_like_the_command_line_and_orders_cells_input_major():

@@ -16,22 +16,16 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import psutil
 import pynvml
 import pytest
 
-from probes.dcgm import GpuReading
-from probes.nvml import (
-    EVENT_DOUBLE_BIT_ECC,
-    EVENT_XID,
-    LIBRARY_NOT_FOUND,
-    NvmlReader,
-    NvmlUnavailable,
-    XidEventWatcher,
-)
+from probes.gpu_reading import GpuReading
+from probes.nvml import LIBRARY_NOT_FOUND, NvmlReader, NvmlUnavailable
+from probes.nvml_events import EVENT_DOUBLE_BIT_ECC, EVENT_XID, XidEventWatcher
 from probes.xid import XID_MEANING
 from soak.judge.thresholds import metrics_from_record, metrics_from_snapshot
 from soak.record.events import EventLog
@@ -490,7 +484,8 @@ async def test_watch_faults_view_summary_and_identity(nvml, tmp_path):
             f"GPU telemetry: {h200}: NVML could not read pcie_replays: Insufficient Permissions",
         ),
     ]
-    view = watch.view()
+    # the watch types its entries as objects; the tests read them as the JSON they become
+    view: list[dict[str, Any]] = watch.view()
     assert [(v["index"], v["status"]) for v in view] == [(0, "ok"), (1, "ok")]
     assert view[0]["power_w"] is None and view[0]["memory_free_mib"] == 100_000.0
     assert view[1]["throttle"] == ["sw power cap", "hw thermal"]
@@ -537,7 +532,7 @@ async def test_watch_faults_view_summary_and_identity(nvml, tmp_path):
     }
     assert view[0]["status"] == "ok" and view[0]["temperature_c"] == 55.0
 
-    s0, s1 = watch.summary()
+    s0, s1 = cast(list[dict[str, Any]], watch.summary())
     assert (s0["min_free_mib"], s0["max_temp_c"], s0["max_power_w"]) == (90_000.0, 61.0, None)
     assert (s0["ecc_new"], s0["remapped_rows_new"], s0["samples"]) == (None, None, 4)
     assert "power_w" in s0["not_supported"] and s0["throttle_seen"] == ["gpu idle"]
@@ -746,6 +741,6 @@ async def test_real_gpu(tmp_path):
     assert view and all(v["status"] == "ok" for v in view), view
     await watch.stop()
     assert not [e for e in events.take_pending() if e.severity == "critical"]
-    s = watch.summary()
+    s: list[dict[str, Any]] = watch.summary()
     assert all(x["samples"] >= 1 and x["max_temp_c"] is not None for x in s), s
     assert _nvml_threads() == []

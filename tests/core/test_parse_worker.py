@@ -20,7 +20,7 @@ from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter
 from soak.watch import parse_worker
 from soak.watch.engine import EngineWatch
-from soak.watch.gpu.dcgm import GpuWatch
+from soak.watch.gpu.dcgm import DcgmWatch
 from soak.watch.parse_worker import ParseWorker
 from tests.core.test_dcgm import DEFAULT_COUNTERS
 from tests.core.test_engine_metrics import REAL, SGLANG
@@ -40,7 +40,7 @@ async def test_the_helper_parses_real_pages_as_the_loop_does():
         # garbage is the page's fault, worded as on the loop
         bad = b"vllm:num_requests_running{ 1\n"
         assert (await w.engine(bad, 1.0)) == parse_page(bad, 1.0)
-        assert parse_page(bad, 1.0).error.startswith("unparsable /metrics: ")
+        assert (parse_page(bad, 1.0).error or "").startswith("unparsable /metrics: ")
         assert await w.dcgm(DEFAULT_COUNTERS.encode()) == parse_dcgm(DEFAULT_COUNTERS)
         with pytest.raises(ValueError, match="unparsable /metrics"):
             await w.dcgm(b"DCGM_FI_DEV_GPU_TEMP{gpu= 1\n")
@@ -169,7 +169,7 @@ async def test_dcgm_pages_go_through_the_helper_too(tmp_path):
         return httpx.Response(200, text=DEFAULT_COUNTERS)
 
     events = EventLog(JsonlWriter(tmp_path / "events.jsonl"), time.perf_counter_ns())
-    watch = GpuWatch(
+    watch = DcgmWatch(
         ["http://gpu:9400"],
         time.perf_counter_ns(),
         JsonlWriter(tmp_path / "telemetry.jsonl"),
@@ -275,7 +275,7 @@ async def test_the_watches_start_their_helper_when_they_start(tmp_path):
     events = EventLog(JsonlWriter(tmp_path / "events.jsonl"), time.perf_counter_ns())
     telemetry = JsonlWriter(tmp_path / "telemetry.jsonl")
     engines = EngineWatch(["http://x"], {}, time.perf_counter_ns(), telemetry, parser=ParseWorker())
-    gpus = GpuWatch(
+    gpus = DcgmWatch(
         ["http://gpu:9400"],
         time.perf_counter_ns(),
         telemetry,

@@ -1,12 +1,16 @@
 """Client vs server counters: matched, a real gap, a restarted server, a missing counter."""
 
+from typing import Any
+
 from probes.engine_metrics import EngineSample
 from soak.judge.reconcile import overall, reconcile, reconcile_reasons
 from soak.record.models import LoadSummary
 
 
-def sample(requests, prompt, gen, aborted=0.0, error=None) -> EngineSample:
-    values = {
+def sample(
+    requests: float, prompt: float, gen: float, aborted: float = 0.0, error: str | None = None
+) -> EngineSample:
+    values: dict[str, float | None] = {
         "requests_finished_total": requests + aborted,
         "prompt_tokens_total": prompt,
         "generation_tokens_total": gen,
@@ -20,7 +24,7 @@ def sample(requests, prompt, gen, aborted=0.0, error=None) -> EngineSample:
     )
 
 
-def load(**kw) -> LoadSummary:
+def load(**kw: Any) -> LoadSummary:
     base = dict(
         requested_concurrency=2,
         workers_started=2,

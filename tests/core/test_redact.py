@@ -16,6 +16,7 @@ import stat
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -25,7 +26,7 @@ from soak.record.events import EventLog
 from soak.record.journal import read_jsonl
 from soak.record.models import Identity
 from soak.record.redact import Redactor
-from soak.run.config import load_config
+from soak.run.config_load import load_config
 from soak.run.redaction import RedactingStream, RedactingWriter, load_salt, run_redactor
 from soak.watch.gpu.nvml import NvmlWatch
 from tests.core.test_nvml import FakeGpu, FakeNvml
@@ -37,7 +38,7 @@ UUID2 = "GPU-120e64c2-6983-5514-42b1-e4c69fad5300"
 SALT = b"s" * 32
 
 
-def red(**kw) -> Redactor:
+def red(**kw: Any) -> Redactor:
     return Redactor(["http://127.0.0.1:45883", "http://gpu-box:8000"], True, [KEY], salt=SALT, **kw)
 
 
@@ -251,11 +252,11 @@ def test_a_model_is_scrubbed_and_stays_valid() -> None:
 
 def test_a_traceback_into_runner_log_is_scrubbed() -> None:
     sink = io.StringIO()
-    stream = RedactingStream(sink, red())  # type: ignore[arg-type]
+    stream = RedactingStream(sink, red())
     try:
         raise OSError(f"cannot read /home/alice/secret.jsonl from 10.1.2.3 ({KEY})")
     except OSError:
-        traceback.print_exc(file=stream)  # type: ignore[arg-type]
+        traceback.print_exc(file=stream)
     stream.write("partial line /home/alice/x")
     stream.flush()
     out = sink.getvalue()
@@ -282,7 +283,9 @@ def test_the_salt_is_made_once_private_and_reused(tmp_path: Path) -> None:
     assert problem is not None and "unreadable" in problem and len(other) == 32
 
 
-def test_run_redactor_learns_the_configuration(tmp_path: Path, monkeypatch) -> None:
+def test_run_redactor_learns_the_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "vllm.log").write_text("")
@@ -313,7 +316,9 @@ def test_run_redactor_learns_the_configuration(tmp_path: Path, monkeypatch) -> N
 # -- NVML and DCGM identities --------------------------------------------------------------
 
 
-async def test_nvml_identities_are_registered_with_the_redactor(monkeypatch, tmp_path) -> None:
+async def test_nvml_identities_are_registered_with_the_redactor(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     odd = "GPU-serial-1652222014738"  # not the UUID shape: only the field says it is one
     fake = FakeNvml([FakeGpu(0, "NVIDIA H200"), FakeGpu(1, "NVIDIA H200")])
     fake.gpus[1].uuid = odd
@@ -341,7 +346,9 @@ async def test_nvml_identities_are_registered_with_the_redactor(monkeypatch, tmp
 # -- demo server logs --------------------------------------------------------------------
 
 
-def test_demo_server_log_copy_is_scrubbed_with_redact(tmp_path: Path, monkeypatch) -> None:
+def test_demo_server_log_copy_is_scrubbed_with_redact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     log = tmp_path / "sim" / "replica0.log"
     log.parent.mkdir()

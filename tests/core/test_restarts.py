@@ -13,7 +13,7 @@ from soak.watch.engine import EngineWatch, restart_reasons
 
 
 def _sample(t: float, gen: float) -> EngineSample:
-    values = {
+    values: dict[str, float | None] = {
         "requests_finished_total": gen / 10,
         "prompt_tokens_total": gen,
         "generation_tokens_total": gen,

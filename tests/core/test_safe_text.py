@@ -12,11 +12,15 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from soak.safe_text import safe_csv_cell, safe_json, safe_line, safe_text
 from tests.hostile_server import ESC_CLEAR, ESC_TITLE, HOSTILE
+
+if TYPE_CHECKING:  # for an annotation only: each test imports what it reaches itself
+    from soak.after.compare import RunView as CompareView
 
 C0_KEPT = {"\n", "\t"}
 C0 = [chr(c) for c in range(0x20)]
@@ -164,6 +168,9 @@ def test_monitor_lines_show_escapes_and_keep_markup_literal() -> None:
 
 
 def test_event_detail_shows_escapes_from_message_data_and_evidence(tmp_path: Path) -> None:
+    from soak.record.events import Event
+    from soak.record.snapshot import Snapshot
+    from tui.glyphs import UNICODE
     from tui.panes.events import EventRow, failure_summary, row_content
     from tui.reader import EventEntry
     from tui.runview import RunView
@@ -175,35 +182,52 @@ def test_event_detail_shows_escapes_from_message_data_and_evidence(tmp_path: Pat
     )
     (tmp_path / "evidence" / "log.txt").write_text(f"line {HOSTILE}\nnext\n", encoding="utf-8")
     for name in ("evidence/e.json", "evidence/log.txt"):
-        e = EventEntry(
-            n=0,
-            t=1.0,
-            wall="",
-            kind="failure",
-            severity="error",
-            message="HTTP 500: " + HOSTILE,
-            data={"class": "http_5xx", "detail": HOSTILE, "evidence": name},
+        e = EventEntry.of(
+            0,
+            Event(
+                t=1.0,
+                wall="",
+                kind="failure",
+                severity="error",
+                message="HTTP 500: " + HOSTILE,
+                data={"class": "http_5xx", "detail": HOSTILE, "evidence": name},
+            ),
         )
         row = EventRow(key="ev-0", events=(e,))
         text = detail_text(row, tmp_path)
         assert not controls(text)
         assert "HTTP 500: \\x1b]0;PWNED-TITLE\\x07\\x1b[2J\\x9b31m" in text
         assert "\n" in text  # still multi-line
-        listed = row_content(row, RunView(mode="view")).plain
+        listed = row_content(row, UNICODE).plain
         assert not controls(listed) and "\\x1b" in listed
-    snap = {"load": {"failures_by_class": {HOSTILE: 3}}}
+    snap = Snapshot.model_validate(
+        {
+            **{"seq": 0, "t": 3.0, "wall": "", "run_id": "r", "phase": "load", "client": {}},
+            "phase_elapsed_s": 0.0,
+            "load": {"requested_concurrency": 1, "failures_by_class": {HOSTILE: 3}},
+        }
+    )
     assert not controls(failure_summary(RunView(mode="view", snapshot=snap)))
 
 
 def test_headless_lines_show_escapes(tmp_path: Path) -> None:
     from soak.cli.headless import event_line, final_report, status_line
+    from soak.record.events import Event
     from soak.record.models import Reason, RunRecord, Status
+    from soak.record.sections import ThresholdState
+    from soak.record.snapshot import Snapshot
 
     ev = {"wall": "2026-01-01T00:00:03.000", "kind": "fault", "message": HOSTILE + "\nnext"}
-    out = event_line(ev)
+    out = event_line(Event.model_validate({"t": 3.0, **ev}))
     assert not controls(out) and "\n" not in out and "\\x1b]0;" in out
     snap = {
+        "seq": 0,
+        "t": 3.0,
+        "wall": "",
+        "run_id": "r",
         "phase": "load" + HOSTILE,
+        "phase_elapsed_s": 0.0,
+        "client": {},
         "load": {
             "failures_by_class": {HOSTILE: 2},
             "completed": 1,
@@ -212,14 +236,24 @@ def test_headless_lines_show_escapes(tmp_path: Path) -> None:
             "requested_concurrency": 1,
         },
     }
-    assert not controls(status_line(snap))
+    assert not controls(status_line(Snapshot.model_validate(snap)))
     rec = RunRecord(
         run_id="r" + HOSTILE,
         status=Status.FAILED,
         reasons=[Reason(code="x", effect="failed", message="fault: " + HOSTILE + "\nline 2")],
         exit_code=1,
         config={},
-        thresholds=[{"condition": HOSTILE, "state": "ok", "observed": 1}],
+        thresholds=[
+            ThresholdState(
+                expr="ttft.p99<1s",
+                condition=HOSTILE,
+                metric="ttft.p99",
+                state="ok",
+                observed=1,
+                limit=1.0,
+                source="record (exact, nearest-rank)",
+            )
+        ],
         started_at="2026-01-01T00:00:00Z",
         ended_at="2026-01-01T00:01:00Z",
     )
@@ -249,16 +283,21 @@ def test_summary_csv_is_inert_and_quotes_formulas() -> None:
     assert row["status"] == "FAILED"
 
 
-def _view(tmp_path: Path, run_id: str, reason: str):
+def _view(tmp_path: Path, run_id: str, reason: str) -> CompareView:
     from soak.after.compare import RunView
+    from soak.record.models import RunRecord
 
     rec = {
         "run_id": run_id,
         "status": "FAILED",
         "reasons": [{"code": "x", "effect": "failed", "message": reason}],
         "config": {"model": "m" + HOSTILE},
+        "exit_code": 1,
+        "started_at": "",
+        "ended_at": "",
     }
-    return RunView(path=tmp_path, run_id=run_id, status="FAILED", record=rec)
+    record = RunRecord.model_validate(rec)
+    return RunView(path=tmp_path, run_id=run_id, status="FAILED", record=record)
 
 
 def test_compare_and_runs_text_show_escapes(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from re import _parser as sre_parse  # the stdlib regex parser: max width of a pattern
+from re import _parser as sre_parse  # type: ignore[attr-defined]  # stdlib regex parser, no stub
 from typing import Any
 
 import pytest
@@ -167,7 +167,7 @@ def _worst_chars(schema: dict[str, Any]) -> int:
         return max(_worst_chars(s) for s in schema["anyOf"])
     kind = schema["type"]
     if kind == "string":
-        widths = [schema["maxLength"]] if "maxLength" in schema else []
+        widths: list[int] = [schema["maxLength"]] if "maxLength" in schema else []
         if "pattern" in schema:
             widths.append(sre_parse.parse(schema["pattern"]).getwidth()[1])
         return min(widths) + 2
@@ -183,7 +183,7 @@ def _worst_chars(schema: dict[str, Any]) -> int:
         props = schema["properties"]
         body = sum(len(json.dumps(k)) + 1 + _worst_chars(v) for k, v in props.items())
         return 2 + body + max(len(props) - 1, 0)
-    n = schema["maxItems"]
+    n: int = schema["maxItems"]
     return 2 + n * _worst_chars(schema["items"]) + max(n - 1, 0)
 
 

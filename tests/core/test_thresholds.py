@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from loadgen.live import ThroughputView
 from loadgen.stats import LIVE_METHOD, LatencyStats
@@ -12,6 +14,7 @@ from soak.judge.thresholds import (
     LIVE_SOURCE,
     METRICS,
     ThresholdError,
+    ThresholdState,
     ThresholdWatch,
     describe_metrics,
     evaluate,
@@ -25,6 +28,7 @@ from soak.judge.thresholds import (
 from soak.judge.verdict import Findings, decide
 from soak.record.models import LoadSummary, Status
 from soak.record.snapshot import ClientView, LoadView, Snapshot
+from soak.record.telemetry import SnapshotTelemetry
 
 # --- parsing -------------------------------------------------------------------------
 
@@ -180,7 +184,7 @@ def test_every_live_metric_has_a_live_figure_and_no_other_does():
                 "preemptions": 2,
             }
         ],
-        "gpus": [{"index": 0, "memory_free_mib": 4096, "temperature_c": 71}],
+        "gpus": [{"index": 0, "status": "ok", "memory_free_mib": 4096, "temperature_c": 71}],
     }
     m = metrics_from_snapshot(snapshot(view(), telemetry))
     for name, info in METRICS.items():
@@ -241,11 +245,13 @@ def test_no_data_is_never_ok(metrics):
 # --- figures from a snapshot ---------------------------------------------------------
 
 
-def live(p50, p90, p99, mx, mean, n=100) -> LatencyStats:
+def live(p50: float, p90: float, p99: float, mx: float, mean: float, n: int = 100) -> LatencyStats:
     return LatencyStats(p50=p50, p90=p90, p99=p99, max=mx, mean=mean, method=LIVE_METHOD, n=n)
 
 
-def snapshot(cumulative: ThroughputView | None, telemetry=None) -> Snapshot:
+def snapshot(
+    cumulative: ThroughputView | None, telemetry: dict[str, Any] | None = None
+) -> Snapshot:
     return Snapshot(
         seq=30,
         t=42.0,
@@ -255,12 +261,12 @@ def snapshot(cumulative: ThroughputView | None, telemetry=None) -> Snapshot:
         phase_elapsed_s=30.0,
         load=LoadView(requested_concurrency=8, cumulative=cumulative),
         client=ClientView(),
-        telemetry=telemetry or {},
+        telemetry=SnapshotTelemetry.model_validate(telemetry or {}),
     )
 
 
-def view(completed=98, failed=2, **kw) -> ThroughputView:
-    base = dict(
+def view(completed: int = 98, failed: int = 2, **kw: Any) -> ThroughputView:
+    base: dict[str, Any] = dict(
         span_s=30.0,
         completed=completed,
         failed=failed,
@@ -320,8 +326,8 @@ def test_snapshot_telemetry_takes_the_worst_endpoint_and_gpu():
             {"endpoint": 3, "status": "no data yet"},
         ],
         "gpus": [
-            {"index": 0, "memory_free_mib": 4096, "temperature_c": 71},
-            {"index": 1, "memory_free_mib": 1024, "temperature_c": 83},
+            {"index": 0, "status": "ok", "memory_free_mib": 4096, "temperature_c": 71},
+            {"index": 1, "status": "ok", "memory_free_mib": 1024, "temperature_c": 83},
         ],
     }
     m = metrics_from_snapshot(snapshot(view(), telemetry))
@@ -335,22 +341,27 @@ def test_snapshot_telemetry_takes_the_worst_endpoint_and_gpu():
 
 def test_snapshot_without_telemetry_has_no_data_for_telemetry_metrics():
     engines_without_values = {"engines": [{"endpoint": 0, "status": "ok", "waiting": None}]}
-    for telemetry in ({}, engines_without_values, {"gpus": "not a list"}):
+    for telemetry in ({}, engines_without_values):
         m = metrics_from_snapshot(snapshot(view(), telemetry))
         for name in ("gpu.min_free_mib", "gpu.max_temp_c", "engine.max_waiting"):
             assert m[name] is None
         assert m["engine.preemptions"] is None
+    # A GPU list that is not a list no longer reaches the figures: the snapshot refuses it.
+    with pytest.raises(ValidationError):
+        snapshot(view(), {"gpus": "not a list"})
 
 
 # --- figures from the record ---------------------------------------------------------
 
 
-def exact(p50, p90, p99, mx, mean, method="nearest-rank") -> LatencyStats:
+def exact(
+    p50: float, p90: float, p99: float, mx: float, mean: float, method: str = "nearest-rank"
+) -> LatencyStats:
     return LatencyStats(p50=p50, p90=p90, p99=p99, max=mx, mean=mean, method=method, n=100)
 
 
-def summary(**kw) -> LoadSummary:
-    base = dict(
+def summary(**kw: Any) -> LoadSummary:
+    base: dict[str, Any] = dict(
         requested_concurrency=8,
         workers_started=8,
         barrier_released=True,
@@ -454,7 +465,9 @@ def test_abort_without_grace_is_immediate_but_not_before_the_load():
 # --- reasons -------------------------------------------------------------------------
 
 
-def final(expr: str, observed: float | None, load: LoadSummary | None = None):
+def final(
+    expr: str, observed: float | None, load: LoadSummary | None = None
+) -> list[ThresholdState]:
     t = parse_threshold(expr)
     return evaluate([t], {t.metric: observed}, record_source(load or summary()))
 

@@ -1,11 +1,13 @@
 """The verdict: strongest effect wins, every finding stays in the reasons."""
 
+from typing import Any
+
 from probes.gates import GateFailure, SuiteGate
 from soak.judge.verdict import Findings, decide
 from soak.record.models import ClientHealth, LoadSummary, Status
 
 
-def load(**kw) -> LoadSummary:
+def load(**kw: Any) -> LoadSummary:
     base = dict(requested_concurrency=8, workers_started=8, barrier_released=True, completed=100)
     merged = base | kw
     merged.setdefault(
@@ -100,7 +102,7 @@ def test_a_dead_worker_makes_the_run_invalid():
 # -- contract gates ------------------------------------------------------------------------
 
 
-def fail(label: str, reason: str, outcome: str = "availability", **kw) -> GateFailure:
+def fail(label: str, reason: str, outcome: str = "availability", **kw: Any) -> GateFailure:
     return GateFailure(
         label=label,
         outcome=outcome,  # type: ignore[arg-type]

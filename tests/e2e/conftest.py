@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -28,7 +29,7 @@ def sim() -> Iterator[SimHandle]:
         yield handle
 
 
-def soaktop(*args: str, **kw) -> subprocess.Popen[str]:
+def soaktop(*args: str, **kw: Any) -> subprocess.Popen[str]:
     """Start ``python -m soak ARGS`` with its output captured."""
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
@@ -69,12 +70,13 @@ def only_run_dir(out: Path) -> Path:
     return dirs[0]
 
 
-def record(run_dir: Path) -> dict:
+def record(run_dir: Path) -> dict[str, Any]:
     """record.json as a dict."""
-    return orjson.loads((run_dir / "record.json").read_bytes())
+    rec: dict[str, Any] = orjson.loads((run_dir / "record.json").read_bytes())
+    return rec
 
 
-def journal(run_dir: Path, name: str = "requests.jsonl") -> list[dict]:
+def journal(run_dir: Path, name: str = "requests.jsonl") -> list[dict[str, Any]]:
     """Every complete line of a journal."""
     return list(read_jsonl(run_dir / name))
 

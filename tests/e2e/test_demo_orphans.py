@@ -126,7 +126,7 @@ def test_a_bad_parent_fd_is_a_usage_error(tmp_path):
     assert "--parent-fd 987: not an open file descriptor" in p.stderr
 
 
-def test_the_demo_temp_dir_is_gone_after_a_normal_run(tmp_path: Path):
+def test_the_demo_temp_dir_is_gone_after_a_normal_run(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = os.environ | {"TMPDIR": str(tmp)}
@@ -153,7 +153,7 @@ def test_a_runner_still_going_when_the_engine_block_ends_aborts_before_the_engin
     still runs. The runner is told first (the lifeline closes) and writes its record while
     the engine still serves, so nothing in it blames the server."""
     from soak.cli.demo import simulated_engine
-    from soak.run.config import load_config
+    from soak.run.config_load import load_config
     from soak.run.spawn import start_runner
 
     out = tmp_path / "runs"

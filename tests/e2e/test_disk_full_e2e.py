@@ -16,8 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -60,7 +61,7 @@ def fill(path: Path) -> None:
                 fh.write(b"\0")
 
 
-def run_cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "soak", *args],
         capture_output=True,
@@ -161,7 +162,7 @@ def test_recover_on_a_full_disk_says_so_then_succeeds_once_there_is_space(
         assert v.returncode == 0, v.stdout + v.stderr
 
 
-def _limit_file_size(nbytes: int):
+def _limit_file_size(nbytes: int) -> Callable[[], None]:
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
 

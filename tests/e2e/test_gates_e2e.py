@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import orjson
 import pytest
 
@@ -10,7 +13,7 @@ from tests.e2e.conftest import journal, only_run_dir, record, run_args, run_soak
 pytestmark = pytest.mark.e2e
 
 
-def _counts(rec: dict, phase: str) -> dict[str, tuple[int, int]]:
+def _counts(rec: dict[str, Any], phase: str) -> dict[str, tuple[int, int]]:
     return {s: (g["passed"], g["total"]) for s, g in rec["gates"][phase].items()}
 
 
@@ -75,11 +78,12 @@ def test_broken_structured_output_is_contract_and_stops_the_run_before_load(tmp_
     assert len(list((run_dir / "evidence").glob("before-*.json"))) == 3
 
 
-def _task(rec: dict, suite: str, index: int) -> str:
+def _task(rec: dict[str, Any], suite: str, index: int) -> str:
     """``invoice)`` — the task id part of a label, from the record's own failures."""
     for f in rec["gates"]["before"][suite]["failures"]:
         if f["label"].startswith(f"{suite}#{index} ("):
-            return f["label"].split("(", 1)[1]
+            task: str = f["label"].split("(", 1)[1]
+            return task
     raise AssertionError(f"{suite}#{index} did not fail")
 
 
@@ -200,7 +204,7 @@ def test_verify_catches_an_edited_verdict_gate_or_threshold(tmp_path):
     assert "threshold_not_evaluated" in [r["code"] for r in rec["reasons"]]
     assert run_soaktop("verify", str(run_dir))[0] == 0
 
-    def tampered(edit) -> str:
+    def tampered(edit: Callable[[dict[str, Any]], None]) -> str:
         copy = tmp_path / f"copy-{edit.__name__}"
         shutil.copytree(run_dir, copy)
         data = record(copy)

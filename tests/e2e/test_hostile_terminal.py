@@ -244,7 +244,8 @@ def test_the_journals_keep_the_exact_text(hostile_run: HostileRun) -> None:
 
 def _content(body: Any) -> str | None:
     try:
-        return json.loads(body)["choices"][0]["message"]["content"]
+        content: str | None = json.loads(body)["choices"][0]["message"]["content"]
+        return content
     except (ValueError, KeyError, IndexError, TypeError):
         return None
 

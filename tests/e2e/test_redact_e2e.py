@@ -214,7 +214,7 @@ def test_redact_leaves_nothing_private_in_any_file(redacted_run: dict[str, Any])
     assert KEY not in redacted_run["text"]
 
 
-def test_redacted_values_became_pseudonyms_where_they_were(redacted_run: dict) -> None:
+def test_redacted_values_became_pseudonyms_where_they_were(redacted_run: dict[str, Any]) -> None:
     """The run saw every planted value, and kept something comparable in its place."""
     run_dir = redacted_run["run_dir"]
     rec = record(run_dir)
@@ -257,7 +257,10 @@ def test_pseudonyms_are_stable_across_runs_of_one_machine(
     assert p.returncode == 0, p.stdout + p.stderr
     second = record(only_run_dir(out))["identity"]
     first = record(redacted_run["run_dir"])["identity"]
-    key = lambda g: (g["url_index"], g["index"])  # noqa: E731
+
+    def key(g: dict[str, Any]) -> tuple[int, int]:
+        return (g["url_index"], g["index"])
+
     assert {key(g): g["uuid"] for g in first["gpus"]} == {key(g): g["uuid"] for g in second["gpus"]}
     assert {key(g): g["host"] for g in first["gpus"]} == {key(g): g["host"] for g in second["gpus"]}
     assert first["host"]["hostname"] == second["host"]["hostname"]

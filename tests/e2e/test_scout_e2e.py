@@ -3,12 +3,16 @@ engine, records that verify, prompts that match across arms."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+from soak.cli.demo import SimHandle
 from tests.e2e.conftest import journal, only_run_dir, record, run_args, run_soaktop
 
 MATRIX = "input=64,512 concurrency=1,3 reps=2 requests=3 warmup=1"
 
 
-def _matrix_run(sim, out, *extra: str) -> dict:
+def _matrix_run(sim: SimHandle, out: Path, *extra: str) -> dict[str, Any]:
     rc, text = run_soaktop(
         *run_args(sim, out, "--matrix", MATRIX, "--max-tokens", "16", "--ignore-eos", *extra),
         timeout=180,
@@ -54,7 +58,7 @@ def test_the_same_pool_seed_sends_the_same_prompts_in_every_arm(sim, tmp_path):
     b = _matrix_run(sim, tmp_path / "b", "--pool-seed", "7")
     c = _matrix_run(sim, tmp_path / "c", "--pool-seed", "8")
 
-    def hashes(rec: dict) -> list[str]:
+    def hashes(rec: dict[str, Any]) -> list[str]:
         return [cell["prompt_pool_sha256"] for cell in rec["matrix"]["cells"]]
 
     assert hashes(a) == hashes(b)
@@ -65,7 +69,7 @@ def test_the_same_pool_seed_sends_the_same_prompts_in_every_arm(sim, tmp_path):
 SCOUT = "input=64,2048 concurrency=1 reps=3 requests=3 warmup=1"
 
 
-def _arm(tmp_path, name: str, prefill_us: int) -> str:
+def _arm(tmp_path: Path, name: str, prefill_us: int) -> str:
     """One arm of a scout: a simulated engine whose prefill costs ``prefill_us`` per input
     token (decode 20 ms a token), soaked with the scout's matrix; the run directory."""
     from soak.cli.demo import simulated_engine

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import orjson
 import pytest
@@ -21,7 +22,7 @@ from tests.e2e.conftest import (
 pytestmark = pytest.mark.e2e
 
 
-def _every_line_is_json(path) -> int:
+def _every_line_is_json(path: Path) -> int:
     lines = path.read_bytes().splitlines()
     for line in lines:
         orjson.loads(line)
@@ -60,7 +61,7 @@ def test_sigterm_straight_to_the_runner(sim, tmp_path):
     assert record(run_dir)["status"] == "ABORTED"
 
 
-def _pid_from_log(run_dir) -> int:
+def _pid_from_log(run_dir: Path) -> int:
     import psutil
 
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -68,7 +69,8 @@ def _pid_from_log(run_dir) -> int:
         if "soak.run.runner" in cmd and proc.cwd() == os.getcwd():
             open_files = {f.path for f in proc.open_files()}
             if str(run_dir / "requests.jsonl") in open_files:
-                return proc.info["pid"]
+                pid: int = proc.info["pid"]
+                return pid
     raise AssertionError("runner process not found")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ def _run(url: str, out: Path, *extra: str) -> tuple[int, str, float]:
     return code, text, time.monotonic() - t0
 
 
-def _reasons(rec: dict, code: str) -> list[dict]:
+def _reasons(rec: dict[str, Any], code: str) -> list[dict[str, Any]]:
     return [r for r in rec["reasons"] if r["code"] == code]
 
 

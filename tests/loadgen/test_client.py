@@ -419,7 +419,8 @@ async def test_fd_exhaustion_while_connecting_is_client_error(
     async def no_socket(*_a: object, **_k: object) -> socket.socket:
         raise OSError(code, os.strerror(code))  # what socket() says under `ulimit -n`
 
-    monkeypatch.setattr(aiohttp.connector.aiohappyeyeballs, "start_connection", no_socket)
+    # aiohttp.connector's own reference to aiohappyeyeballs, patched where the connector looks
+    monkeypatch.setattr(aiohttp.connector.aiohappyeyeballs, "start_connection", no_socket)  # type: ignore[attr-defined]
     async with StreamClient(max_connections=2, connect_timeout_s=2) as c:
         r = await go(c, f"http://127.0.0.1:{free_port()}/v1/chat/completions")
     assert r.status is None and r.failure is FailureClass.CLIENT, (r.failure, r.failure_detail)

@@ -14,7 +14,8 @@ import httpx
 import orjson
 
 from probes.gates import GatePlan, GateRunner
-from probes.probe import Exchange, ProbeOptions, ProbeResult, ProbeSender
+from probes.probe import ProbeOptions, ProbeSender
+from probes.probe_record import Exchange, ProbeResult
 from probes.suite import Suite, Task, builtin_suite, load_suites
 from soak.cli.demo import SimHandle, cleanup, simulated_engine
 

@@ -323,7 +323,9 @@ USAGE = {
 }
 
 
-def tool_delta(index: int, *, cid: str | None = None, name: str | None = None, args: str = ""):
+def tool_delta(
+    index: int, *, cid: str | None = None, name: str | None = None, args: str = ""
+) -> dict[str, Any]:
     d: dict[str, Any] = {"index": index, "function": {"arguments": args}}
     if cid:
         d |= {"id": cid, "type": "function"}

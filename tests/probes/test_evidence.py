@@ -19,7 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from probes.gates import GatePlan, summarize
-from probes.probe import ProbeOptions, ProbeResult
+from probes.probe import ProbeOptions
+from probes.probe_record import ProbeResult
 from probes.suite import Suite
 from soak.cli.demo import SimHandle
 from soak.record.events import EventLog
@@ -98,7 +99,8 @@ async def close(session: GateSession) -> None:
 
 
 def load(path: Path) -> dict[str, Any]:
-    return orjson.loads(path.read_bytes())
+    doc: dict[str, Any] = orjson.loads(path.read_bytes())
+    return doc
 
 
 def every_file_text(run_dir: Path) -> dict[str, str]:

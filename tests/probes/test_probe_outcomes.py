@@ -20,7 +20,8 @@ import pytest
 
 from probes import probe
 from probes.gates import canary_sample, summarize
-from probes.probe import BODY_LIMIT, Exchange, ProbeOptions, ProbeSender
+from probes.probe import ProbeOptions, ProbeSender
+from probes.probe_record import BODY_LIMIT, Exchange
 from probes.suite import BUILTIN_SUITES, Suite, load_suites
 from soak.cli.demo import SimHandle
 from tests.probes.probe_helpers import (

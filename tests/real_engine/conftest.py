@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,7 +67,7 @@ def logged_requests(log_text: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def assert_reasons_match_journal(rec: dict, lines: list[dict]) -> None:
+def assert_reasons_match_journal(rec: dict[str, Any], lines: list[dict[str, Any]]) -> None:
     """The record's reasons and counters say what the journal says."""
     load = rec["load"]
     failed = [r for r in lines if not r["ok"] and not r["cancelled"]]
@@ -90,7 +91,7 @@ def assert_reasons_match_journal(rec: dict, lines: list[dict]) -> None:
 EXIT = {"PASSED": 0, "FAILED": 1, "INVALID": 3, "ABORTED": 4}
 
 
-def assert_healthy_soak_verdict(rc: int, rec: dict, lines: list[dict]) -> None:
+def assert_healthy_soak_verdict(rc: int, rec: dict[str, Any], lines: list[dict[str, Any]]) -> None:
     """A soak of a healthy server PASSES, or else its record says why, consistently.
 
     The one accepted non-pass: INVALID for ``client_overloaded`` on a starved 2-core box

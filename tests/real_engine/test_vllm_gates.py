@@ -31,7 +31,7 @@ def _strict(text: str) -> Any:
     return json.loads(text, parse_constant=no_constants)
 
 
-def _valid(value_text: str | None, schema: dict) -> bool:
+def _valid(value_text: str | None, schema: dict[str, Any]) -> bool:
     try:
         value = _strict(value_text or "")
         jsonschema.validate(value, schema, cls=jsonschema.Draft202012Validator)
@@ -40,9 +40,9 @@ def _valid(value_text: str | None, schema: dict) -> bool:
     return True
 
 
-def _sse_tool_calls(body: str) -> list[dict]:
+def _sse_tool_calls(body: str) -> list[dict[str, Any]]:
     """Tool calls assembled from a raw SSE body, independently of probes.sse_events."""
-    calls: dict[int, dict] = {}
+    calls: dict[int, dict[str, Any]] = {}
     for line in body.splitlines():
         if not line.startswith("data: ") or line == "data: [DONE]":
             continue
@@ -56,7 +56,9 @@ def _sse_tool_calls(body: str) -> list[dict]:
     return [calls[i] for i in sorted(calls)]
 
 
-def _independent_verdict(probe: dict, evidence: dict, expected_fn: dict[str, str]) -> bool:
+def _independent_verdict(
+    probe: dict[str, Any], evidence: dict[str, Any], expected_fn: dict[str, str]
+) -> bool:
     """True when this test's own reading of the raw answer says the contract held."""
     ex = evidence["exchanges"][-1]
     if ex["response"]["status"] != 200:
@@ -114,8 +116,8 @@ def test_gates_before_and_after_agree_with_an_independent_check(vllm_logged, tmp
         assert set(gates) == {"json", "tools", "stream-tools", "tool-result", "smoke"}
         assert (gates["json"]["total"], gates["tools"]["total"]) == (24, 8)
         for suite, g in gates.items():
-            mine = [p for p in probes if p["phase"] == phase and p["suite"] == suite]
-            assert g["passed"] == sum(p["outcome"] == "pass" for p in mine), (phase, suite)
+            its_probes = [p for p in probes if p["phase"] == phase and p["suite"] == suite]
+            assert g["passed"] == sum(p["outcome"] == "pass" for p in its_probes), (phase, suite)
         # the probes' own requests and tokens equal the server's counter deltas
         assert rec["reconciliation"][phase]["matched"] is True, rec["reconciliation"][phase]
     assert rec["reconciliation"]["load"]["matched"] is True, rec["reconciliation"]["load"]

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,8 +33,8 @@ class Soak:
 
     rc: int
     output: str
-    rec: dict
-    lines: list[dict]
+    rec: dict[str, Any]
+    lines: list[dict[str, Any]]
     wall_s: float
 
     def check_verdict(self) -> None:
@@ -60,7 +61,7 @@ def soak_against(tmp: Path, server_args: list[str], *run_args: str) -> Soak:
     return Soak(rc, text, record(run_dir), journal(run_dir), time.monotonic() - t0)
 
 
-def assert_server_latencies(engine: dict) -> None:
+def assert_server_latencies(engine: dict[str, Any]) -> None:
     """The three server histograms are in the record, labelled as estimates."""
     for key in SERVER_LATENCIES:
         est = engine[key]

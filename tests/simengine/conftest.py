@@ -9,10 +9,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from sim_helpers import FAST
 
 from simengine import SimConfig, run_sim
 from simengine.server import Sim
+from tests.simengine.sim_helpers import FAST
 
 
 @pytest.fixture

@@ -50,7 +50,8 @@ class Stream:
         """The usage of the usage chunk, if any."""
         for e in self.json_events():
             if e.get("usage") and e.get("choices") == []:
-                return e["usage"]
+                usage: dict[str, int] = e["usage"]
+                return usage
         return None
 
     def content(self) -> str:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Coroutine
 from typing import Any
 
 import aiohttp
-from sim_helpers import chat_body, post_json, scrape, stream, value
 
 from simengine.server import Sim
+from tests.simengine.sim_helpers import Stream, chat_body, post_json, scrape, stream, value
 
 LABELS = {"model_name": "tiny-sim", "engine": "0"}
 
@@ -118,7 +119,7 @@ async def test_counter_deltas_equal_client_usage(sim: Sim, session: aiohttp.Clie
     url = sim.replicas[0].url
     before = await scrape(session, url + "/metrics")
     prompt = completion = 0
-    jobs = []
+    jobs: list[Coroutine[Any, Any, tuple[int, Any] | Stream]] = []
     for i in range(24):
         body = chat_body("tell me " * (i + 1), max_tokens=5 + i)
         if i % 3 == 0:
@@ -130,6 +131,7 @@ async def test_counter_deltas_equal_client_usage(sim: Sim, session: aiohttp.Clie
             jobs.append(stream(session, url, cbody, f"r/load/c/{i}", path="/v1/completions"))
     for res in await asyncio.gather(*jobs):
         u = res[1]["usage"] if isinstance(res, tuple) else res.usage()
+        assert u is not None, res  # every answer here carries usage
         prompt += u["prompt_tokens"]
         completion += u["completion_tokens"]
     after = await scrape(session, url + "/metrics")

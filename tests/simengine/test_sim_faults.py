@@ -8,11 +8,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from sim_helpers import chat_body, post_json, schema_errors, scrape, stream, value
 
 from probes.suite import load_suites
 from simengine import FaultRule, contract
 from simengine.faults import FaultBook, scenario_rules
+from tests.simengine.sim_helpers import chat_body, post_json, schema_errors, scrape, stream, value
 
 
 def rule(**kw: Any) -> FaultRule:

@@ -6,9 +6,9 @@ import asyncio
 import json
 
 import aiohttp
-from sim_helpers import chat_body, post_json, stream
 
 from simengine.server import Sim
+from tests.simengine.sim_helpers import chat_body, post_json, stream
 
 
 async def test_chat_stream_framing_and_usage(sim: Sim, session: aiohttp.ClientSession) -> None:

@@ -10,11 +10,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from sim_helpers import chat_body, post_json, schema_errors, stream
 
 from simengine import regexgen
 from simengine.schemagen import SchemaGenerator
 from simengine.server import Sim
+from tests.simengine.sim_helpers import chat_body, post_json, schema_errors, stream
 
 PERSON = {
     "type": "object",

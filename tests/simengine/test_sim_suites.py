@@ -15,11 +15,11 @@ from typing import Any
 import aiohttp
 import pytest
 from jsonschema import Draft202012Validator
-from sim_helpers import Stream, post_json, stream
 
 from probes.suite import BUILTIN_SUITES, Suite, Task, load_suites
 from simengine.schemagen import SchemaGenerator
 from simengine.server import Sim
+from tests.simengine.sim_helpers import Stream, post_json, stream
 
 SUITES = load_suites(list(BUILTIN_SUITES), [])
 JSON_SUITE = SUITES["json"]

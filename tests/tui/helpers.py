@@ -14,6 +14,7 @@ from textual.app import App
 from textual.content import Content
 from textual.widget import Widget
 
+from soak.record.snapshot import Snapshot
 from tui.app import SoakTopApp
 from tui.settings import UiSettings
 
@@ -38,6 +39,26 @@ def rendered(widget: Widget) -> str:
 def snapshots(run_dir: Path) -> list[dict[str, Any]]:
     """A fixture's snapshot lines as dicts."""
     return [json.loads(x) for x in (run_dir / "snapshots.jsonl").read_text().splitlines()]
+
+
+BARE_SNAPSHOT: dict[str, Any] = {
+    "seq": 0,
+    "t": 0.0,
+    "wall": "2025-11-30T05:34:11.000+00:00",
+    "run_id": "",
+    "phase": "identity",
+    "phase_elapsed_s": 0.0,
+    "load": {"requested_concurrency": 0},
+    "client": {},
+}
+"""The keys every snapshot line has, with the values of a run that just began."""
+
+
+def snapshot_of(parts: dict[str, Any]) -> Snapshot:
+    """A snapshot with these sections (``load`` merged into the bare one's), validated as
+    the runner's model: pane tests name only what they are about."""
+    load = BARE_SNAPSHOT["load"] | parts.get("load", {})
+    return Snapshot.model_validate(BARE_SNAPSHOT | parts | {"load": load})
 
 
 def control_lines(run_dir: Path) -> list[dict[str, Any]]:

@@ -221,14 +221,15 @@ def test_demo_hangup_waits_for_the_record_before_returning(
     headless(ssh_drops)
     out = io.StringIO()
     handle = FakeHandle(run.dir)
-    handle.proc = StoppingProc(run)  # type: ignore[assignment]
+    proc = StoppingProc(run)
+    handle.proc = proc  # type: ignore[assignment]
     code = frontend(out).follow(handle, interval_s=10, detach_allowed=False)  # type: ignore[arg-type]
     assert handle.signals == [signal.SIGHUP]  # a graceful stop, not a detach
     assert (run.dir / "record.json").exists()
     assert code == 1  # the record's FAILED, as headless returns it
     assert out.getvalue().startswith("FAILED  tiny-sim__demo__vllm__soak__1130-053524")
     drain = json.loads((run.dir / "config.json").read_text())["drain_timeout_s"]
-    assert handle.proc.timeouts == [drain + STOP_MARGIN_S]  # bounded
+    assert proc.timeouts == [drain + STOP_MARGIN_S]  # bounded
 
 
 def test_demo_hangup_whose_runner_does_not_finish_in_time(

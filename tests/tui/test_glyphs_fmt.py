@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tui.fmt import dig, mmss, num, secs
+from tui.fmt import mmss, secs
 from tui.glyphs import ASCII, UNICODE
 
 
@@ -24,11 +24,3 @@ def test_labels() -> None:
     assert secs(2.1207, UNICODE) == "2.12s"
     assert secs(0.0006, UNICODE) == "0.6ms"
     assert mmss(75) == "01:15" and mmss(3725) == "1:02:05" and mmss(None) == "--:--"
-
-
-def test_defensive_reads() -> None:
-    snap = {"load": {"window": None, "in_flight": True, "completed": 3}, "list": [1]}
-    assert num(snap, "load", "window", "output_tokens_per_s") is None
-    assert num(snap, "load", "in_flight") is None  # a bool is not a count
-    assert num(snap, "load", "completed") == 3.0
-    assert dig(snap, "list", 5) is None and dig(None, "x") is None

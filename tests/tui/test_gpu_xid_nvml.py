@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from soak.record.gpu_telemetry import GpuView
 from soak.record.snapshot import Snapshot
 from soak.watch.gpu.sources import gpu_entries
 from tests.core.test_gpu_xid_paths import nvml_after_xid, quiet_nvml
@@ -35,7 +36,7 @@ async def test_an_nvml_xid_shows_as_xid_31_not_fault_1(
         await watch.stop()
     run = LiveRun(XID, tmp_path / "run")
     snap = Snapshot.model_validate(run.snaps[AFTER_XID])
-    snap.telemetry["gpus"] = entries
+    snap.telemetry.gpus = [GpuView.model_validate(e) for e in entries]
     run.snaps[AFTER_XID] = orjson.loads(orjson.dumps(snap.model_dump(mode="json")))
     run.write_until(AFTER_XID)
 

@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from probes.gpu_reading import GpuReading
+from soak.record.events import EventLog
+from soak.record.journal import JsonlWriter
+from soak.watch.gpu.ledger import GpuLedger
+from tests.tui.helpers import snapshot_of
 from tui.glyphs import ASCII
 from tui.panes import GatesPane, GpuPane, HeaderPane
-from tui.reader import RunMeta
+from tui.reader import RunMeta, load_replay
 from tui.runview import RunView
 
 
 def view(snapshot: dict[str, Any], **kw: Any) -> RunView:
-    return RunView(mode="live", snapshot=snapshot, meta=RunMeta(run_dir=Path("r")), **kw)
+    return RunView(
+        mode="live", snapshot=snapshot_of(snapshot), meta=RunMeta(run_dir=Path("r")), **kw
+    )
+
+
+def threshold(condition: str, state: str, observed: float | None) -> dict[str, Any]:
+    """A live threshold state as the runner writes it."""
+    metric, limit = condition.split("<")
+    return {
+        "expr": condition,
+        "condition": condition,
+        "metric": metric,
+        "state": state,
+        "observed": observed,
+        "limit": float(limit.rstrip("sC%")),
+        "source": "live histogram (1 % buckets)",
+    }
 
 
 def test_gates_canary_and_thresholds_in_words() -> None:
@@ -23,9 +45,9 @@ def test_gates_canary_and_thresholds_in_words() -> None:
             "canary": {"json": {"passed": 3, "total": 4, "done": 4, "failed": 1, "rounds": 2}},
         },
         "thresholds": [
-            {"condition": "ttft.p99<2s", "state": "ok", "observed": 0.09},
-            {"condition": "error_rate<0.1%", "state": "breached", "observed": 0.02},
-            {"condition": "gpu.temp<85C", "state": "no_data", "observed": None},
+            threshold("ttft.p99<2s", "ok", 0.09),
+            threshold("error_rate<0.1%", "breached", 0.02),
+            threshold("gpu.temp<85C", "no_data", None),
         ],
     }
     text = GatesPane().build(view(snap), 60, 10).plain
@@ -51,20 +73,31 @@ def test_gates_running_phase_counts_what_is_done() -> None:
     assert "after gates 3/24 probes" in header
 
 
-def test_gpu_badges_for_ecc_throttle_and_missing_values() -> None:
+def test_gpu_badges_for_ecc_throttle_and_missing_values(tmp_path: Path) -> None:
+    # GPU 0 as the GPU ledger writes it: two new uncorrectable ECC errors between two
+    # readings are a fault event (the entry itself has no ECC count), throttle reasons words.
+    ledger = GpuLedger("nvml", EventLog(JsonlWriter(tmp_path / "events.jsonl"), 0))
+    first = GpuReading(
+        host=None,
+        index=0,
+        uuid=None,
+        name=None,
+        memory_used_mib=10,
+        memory_total_mib=80,
+        throttle=("hw slowdown",),
+        ecc_dbe_volatile=0,
+    )
+    gpu0 = ledger.add(0, first, at_start=True, where="NVML", tag={"source": "nvml"})
+    ledger.reading(gpu0, first, 1.0)
+    ledger.reading(gpu0, replace(first, ecc_dbe_volatile=2), 2.0)
+    events = load_replay(tmp_path).events
+    assert [e.facts.ecc_new for e in events if e.event.kind == "fault"] == [2]
     gpus = [
-        {
-            "index": 0,
-            "status": "ok",
-            "memory_used_mib": 10,
-            "memory_total_mib": 80,
-            "ecc_dbe_volatile": 2,
-            "throttle": "hw_slowdown",
-        },
+        ledger.view_entry(gpu0),
         {"index": 1, "status": "ok"},
         {"index": 2, "status": "scrape failed", "error": "timeout"},
     ]
-    text = GpuPane().build(view({"telemetry": {"gpus": gpus}}), 60, 6).plain
+    text = GpuPane().build(view({"telemetry": {"gpus": gpus}}, events=events), 60, 6).plain
     rows = text.splitlines()
     assert "ECC 2" in rows[1] and "THROTTLE" in rows[1] and "12%" in rows[1]
     assert rows[2].startswith("1") and "—" in rows[2]  # no data, not zero

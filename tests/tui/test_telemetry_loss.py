@@ -15,7 +15,7 @@ from typing import Any
 from textual.content import Content
 
 from soak.judge.coverage import coverage_reasons
-from tests.tui.helpers import FIXTURES, XID, LiveRun, live_app, screen_text
+from tests.tui.helpers import FIXTURES, XID, LiveRun, live_app, screen_text, snapshot_of
 from tui.coverage import lost_so_far
 from tui.glyphs import ASCII
 from tui.panes import ConcurrencyPane, GpuPane, HeaderPane
@@ -86,7 +86,7 @@ def _with_losses(snap: dict[str, Any]) -> dict[str, Any]:
     coverage entries as the runner writes them, the reasons from ``soak.judge.coverage``)."""
     snap = copy.deepcopy(snap)
     ok = {"answered": 14, "expected": 14, "share": 1.0, "lost": False, "why": None}
-    hung = {"answered": 3, "expected": 14, "share": 0.214, "lost": True}
+    hung: dict[str, Any] = {"answered": 3, "expected": 14, "share": 0.214, "lost": True}
     hung |= {"why": "timed out after 0.8 s", "failures": {"timed out after 0.8 s": 11}}
     cov = {
         "engine_metrics": {"endpoint 0": ok, "endpoint 1": ok},
@@ -130,23 +130,27 @@ async def test_losses_beside_live_numbers_fit_80x24(tmp_path: Path) -> None:
         assert rows[2].endswith(" health LOST (timed out after 0.8 s)")
 
 
+def _judged(cov: dict[str, Any], required: list[str]) -> RunView:
+    """A running snapshot with this coverage and the reasons the runner gives it (and the
+    run's --require-telemetry kinds in its config)."""
+    telemetry = {"coverage": cov, "gpu_sources": []}
+    reasons = [r.model_dump() for r in coverage_reasons(telemetry, required)]
+    snap = snapshot_of({"status": "running", "telemetry": {"coverage": cov}, "reasons": reasons})
+    meta = RunMeta(run_dir=Path("r"), required_telemetry=tuple(required))
+    return RunView(mode="live", snapshot=snap, meta=meta)
+
+
 def test_header_labels_follow_the_runners_reasons() -> None:
-    # Pinned to soak.judge.coverage's own words: a change there must show here.
+    # The sources soak.judge.coverage judged lost, in its words for them.
     lost = {"answered": 0, "expected": 8, "share": 0.0, "lost": True, "why": "HTTP 404"}
     cov = {"engine_metrics": {"endpoint 2": lost}, "nvml": {"local GPUs": lost}}
-    reasons = coverage_reasons({"coverage": cov}, ["engine"])
-    view = RunView(
-        mode="live",
-        snapshot={"status": "running", "reasons": [r.model_dump() for r in reasons]},
-    )
+    view = _judged(cov, ["engine"])
     assert [(x.label, x.failed) for x in lost_so_far(view)] == [
         ("engine /metrics e2", True),
         ("NVML local GPUs", False),
     ]
     # A lost host sampler, and a required GPU kind with no GPU source at all.
-    host = coverage_reasons({"coverage": {"host": {"host": lost}}, "gpu_sources": []}, ["gpu"])
-    snap = {"status": "running", "reasons": [r.model_dump() for r in host]}
-    labels = [(x.label, x.failed) for x in lost_so_far(RunView(mode="live", snapshot=snap))]
+    labels = [(x.label, x.failed) for x in lost_so_far(_judged({"host": {"host": lost}}, ["gpu"]))]
     assert labels == [("host sampling", False), ("GPU telemetry", True)]
 
 
@@ -159,7 +163,9 @@ def test_a_long_loss_is_cut_with_the_glyph_sets_ellipsis() -> None:
         "telemetry": {"coverage": cov},
         "reasons": [r.model_dump() for r in coverage_reasons({"coverage": cov})],
     }
-    view = RunView(mode="live", snapshot=snap, meta=RunMeta(run_dir=Path("r")), glyphs=ASCII)
+    view = RunView(
+        mode="live", snapshot=snapshot_of(snap), meta=RunMeta(run_dir=Path("r")), glyphs=ASCII
+    )
     verdict = HeaderPane().build(view, 60, 3).plain.splitlines()[2]
     assert len(verdict) == 60 and verdict.endswith("...")
     assert verdict.startswith("verdict running | DCGM exporter 0 lost, DCGM exporter 1")
