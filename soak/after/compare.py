@@ -7,8 +7,9 @@ configurations. INVALID and ABORTED runs keep their own columns with every figur
 a figure from a run that did not measure what it meant to is never presented as if it had.
 
 Records are read defensively (:func:`read_run`): a record written by an older or newer
-soaktop that fails :class:`~soak.record.models.RunRecord` validation is still read as plain JSON,
-and the fields it lacks or adds are named in ``problems`` instead of crashing the command.
+soaktop, which lacks keys :class:`~soak.record.models.RunRecord` requires or has keys it does
+not declare, is still read into the model (:func:`soak.after.record_view.read_leniently`), and
+those keys are named in ``problems`` instead of crashing the command.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from soak.record.models import RunRecord
+from soak.after.record_view import config_value, memory_target, read_leniently
+from soak.record.models import Reason, RunRecord, Status
 from soak.safe_text import safe_line
 
 RUN_FILES = ("record.json", "config.json", "runner.pid")
@@ -42,8 +44,9 @@ class RunView:
     status: str
     """PASSED/FAILED/INVALID/ABORTED from the record; ``running`` or ``no record`` without
     one; ``unreadable`` when record.json is not JSON."""
-    record: dict[str, Any] | None = None
-    """The record as plain JSON (validated when it could be)."""
+    record: RunRecord | None = None
+    """The record (read leniently when another soaktop version wrote it: see ``problems``);
+    None without one, or when it is damaged."""
     problems: list[str] = field(default_factory=list)
     """Why the record did not validate: missing fields, unknown fields, bad values."""
     started: float = 0.0
@@ -80,14 +83,16 @@ def read_run(path: Path) -> RunView:
         return RunView(path, path.name, "unreadable", problems=[f"record.json: {e}"])
     if not isinstance(raw, dict):
         return RunView(path, path.name, "unreadable", problems=["record.json is not an object"])
-    problems: list[str] = []
-    try:
-        data = RunRecord.model_validate(raw).model_dump(mode="json")
-    except ValidationError as e:
-        data, problems = raw, schema_problems(e)
-    view = RunView(path, str(data.get("run_id") or path.name), str(data.get("status") or "?"))
-    view.record, view.problems, view.fields = data, problems, frozenset(raw)
-    view.started = _iso_epoch(data.get("started_at")) or started
+    # A record that does not say its verdict is no valid measurement (its status shows "?").
+    record, error = read_leniently(RunRecord, raw, fills={("status",): Status.INVALID.value})
+    problems = schema_problems(error) if error is not None else []
+    if record is None:  # values of the wrong type: damage, not another soaktop version
+        return RunView(path, path.name, "unreadable", problems=problems, started=started)
+    status = record.status.value if "status" in raw else "?"
+    view = RunView(
+        path, record.run_id or path.name, status, record, problems, fields=frozenset(raw)
+    )
+    view.started = _iso_epoch(record.started_at) or started
     return view
 
 
@@ -119,14 +124,6 @@ def _iso_epoch(value: Any) -> float | None:
         return None
 
 
-def _get(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
-
-
 # --- the verdict in the seed's words ---------------------------------------------------
 
 _PHASE_WORDS = {"before-load": "pre-load", "after-load": "post-load", "canary": "canary"}
@@ -152,12 +149,11 @@ def verdict_words(view: RunView) -> str:
     if view.status == "PASSED":
         return "Passed recorded checks"
     effect = {"FAILED": "failed", "INVALID": "invalid", "ABORTED": "aborted"}.get(view.status)
-    reasons = [r for r in view.record.get("reasons") or [] if isinstance(r, dict)]
-    mine = [r for r in reasons if r.get("effect") == effect]
+    mine = [r for r in view.record.reasons if r.effect == effect]
     if effect is None or not mine:
         return f"{view.status.capitalize()} (no reason recorded)"
     first, more = mine[0], len(mine) - 1
-    msg, code = str(first.get("message", "")), first.get("code")
+    msg, code = first.message, first.code
     if view.status != "FAILED":
         words = f"{view.status.capitalize()}: {_short(': '.join(msg.split(': ')[:2]))}"
     elif code == "gate_failed" and (m := _GATE_RE.match(msg)):
@@ -181,10 +177,11 @@ temporary paths differ on every run); endpoints are compared by count (replicas)
 
 
 def _config_items(view: RunView) -> dict[str, Any]:
-    cfg = dict(_get(view.record, "config") or {})
-    out = {k: v for k, v in cfg.items() if k not in IGNORED_CONFIG}
-    if isinstance(cfg.get("endpoints"), list):
-        out["replicas"] = len(cfg["endpoints"])
+    if view.record is None:
+        return {}
+    out = {k: v for k, v in view.record.config.items() if k not in IGNORED_CONFIG}
+    if isinstance(endpoints := config_value(view.record, "endpoints"), list):
+        out["replicas"] = len(endpoints)
     return out
 
 
@@ -208,18 +205,27 @@ def config_differences(views: list[RunView]) -> dict[str, list[Any]]:
 def configuration(view: RunView) -> dict[str, Any]:
     """What the seed's column headers say: client concurrency, replicas, KV token slots per
     replica and the GPU memory target, when the config and identity have them."""
-    rec = view.record or {}
-    eps = _get(rec, "identity", "endpoints") or []
-    slots = [e.get("token_slots") for e in eps if isinstance(e, dict)]
-    mem = [_get(e, "cache_config", "gpu_memory_utilization") for e in eps if isinstance(e, dict)]
+    rec = view.record
+    if rec is None:
+        return {
+            "concurrency": None,
+            "replicas": None,
+            "token_slots": [],
+            "gpu_memory_utilization": [],
+            "engine": None,
+            "model": None,
+        }
+    ident, load = rec.identity, rec.load
+    eps = ident.endpoints if ident is not None else []
+    mem = [memory_target(e.cache_config) for e in eps]
     return {
-        "concurrency": _get(rec, "config", "concurrency")
-        or _get(rec, "load", "requested_concurrency"),
-        "replicas": len(eps) or len(_get(rec, "config", "endpoints") or []) or None,
-        "token_slots": [s for s in slots if s is not None],
+        "concurrency": config_value(rec, "concurrency")
+        or (load.requested_concurrency if load is not None else None),
+        "replicas": len(eps) or len(config_value(rec, "endpoints") or []) or None,
+        "token_slots": [e.token_slots for e in eps if e.token_slots is not None],
         "gpu_memory_utilization": sorted({str(m) for m in mem if m not in (None, "None")}),
-        "engine": _get(rec, "identity", "engine"),
-        "model": _get(rec, "identity", "model") or _get(rec, "config", "model"),
+        "engine": ident.engine if ident is not None else None,
+        "model": (ident.model if ident is not None else None) or config_value(rec, "model"),
     }
 
 
@@ -251,24 +257,35 @@ def _val(v: Any) -> str:
 
 def figures(view: RunView) -> dict[str, Any]:
     """The seed's load figures (None where the run has none)."""
-    load = _get(view.record, "load") or {}
+    load = view.record.load if view.record is not None else None
+    if load is None:
+        return dict.fromkeys(_FIGURE_KEYS)
     return {
-        "completed": load.get("completed"),
-        "load_failures": load.get("failed"),
-        "elapsed_s": load.get("elapsed_s"),
-        "output_tokens_per_s": load.get("output_tokens_per_s"),
-        "p99_ttft_s": _get(load, "ttft_s", "p99"),
-        "p99_e2e_s": _get(load, "e2e_s", "p99"),
+        "completed": load.completed,
+        "load_failures": load.failed,
+        "elapsed_s": load.elapsed_s,
+        "output_tokens_per_s": load.output_tokens_per_s,
+        "p99_ttft_s": load.ttft_s.p99,
+        "p99_e2e_s": load.e2e_s.p99,
     }
+
+
+_FIGURE_KEYS = (
+    "completed",
+    "load_failures",
+    "elapsed_s",
+    "output_tokens_per_s",
+    "p99_ttft_s",
+    "p99_e2e_s",
+)
 
 
 def gate_cells(view: RunView) -> dict[str, dict[str, str]]:
     """``{suite: {phase: "24/24"}}`` from the record's gates."""
     out: dict[str, dict[str, str]] = {}
-    for phase, suites in (_get(view.record, "gates") or {}).items():
-        for suite, res in (suites or {}).items():
-            if isinstance(res, dict) and "passed" in res:
-                out.setdefault(suite, {})[phase] = f"{res.get('passed')}/{res.get('total')}"
+    for phase, suites in (view.record.gates if view.record is not None else {}).items():
+        for suite, res in suites.items():
+            out.setdefault(suite, {})[phase] = f"{res.passed}/{res.total}"
     return out
 
 
@@ -290,6 +307,10 @@ class Comparison:
     rows: list[list[str]]
     differences: dict[str, list[Any]]
     data: list[dict[str, Any]]
+
+
+def _reasons(view: RunView) -> list[Reason]:
+    return view.record.reasons if view.record is not None else []
 
 
 def _flag(view: RunView, text: str) -> str:
@@ -346,7 +367,7 @@ def compare(views: list[RunView]) -> Comparison:
             "figures": f,
             "gates": g,
             "verdict": w,
-            "reasons": [r for r in _get(v.record, "reasons") or [] if isinstance(r, dict)],
+            "reasons": [r.model_dump(mode="json") for r in _reasons(v)],
         }
         for v, c, f, g, w in zip(views, confs, figs, gates, verdicts, strict=True)
     ]
@@ -415,8 +436,8 @@ def list_runs(folder: Path) -> list[RunView]:
 def run_line(view: RunView) -> dict[str, Any]:
     """One row of ``soaktop runs``."""
     f = figures(view)
-    reasons = [r for r in _get(view.record, "reasons") or [] if isinstance(r, dict)]
-    first = reasons[0].get("message") if reasons else (view.problems[0] if view.problems else None)
+    reasons = _reasons(view)
+    first = reasons[0].message if reasons else (view.problems[0] if view.problems else None)
     return {
         "run_id": view.run_id,
         "status": view.status,

@@ -46,7 +46,7 @@ text layout (:mod:`soak.after.decide_render`).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from soak.after.decide_caveats import caveats
 from soak.after.decide_model import (
@@ -72,8 +72,10 @@ from soak.after.decide_rule import (
     is_material_win,
     judge_cell,
 )
+from soak.after.record_view import config_value
 from soak.record.matrix import CellResult
 from soak.record.models import RunRecord
+from soak.record.telemetry import EngineSummary
 
 
 def decide(
@@ -245,15 +247,15 @@ def _arm_summary(
         known = [e.token_slots for e in rec.identity.endpoints if e.token_slots is not None]
         if known:
             slots, partial = sum(known), len(known) < len(rec.identity.endpoints)
-    engines = [e.model_dump(mode="json") for e in rec.telemetry.engines]
+    engines = rec.telemetry.engines
     if slots is None and engines:
-        known_f = [e["token_slots"] for e in engines if e.get("token_slots") is not None]
+        known_f = [e.token_slots for e in engines if e.token_slots is not None]
         if known_f:
             slots, partial = int(sum(known_f)), len(known_f) < len(engines)
     rate, length = _spec_decode(engines)
     running = [c.max_running for c in pooled if c.max_running is not None]
     free = [c.min_free_mib for c in pooled if c.min_free_mib is not None]
-    label = rec.config.get("label")
+    label = config_value(rec, "label")
     return ArmSummary(
         role=role,
         run_id=rec.run_id,
@@ -272,16 +274,16 @@ def _arm_summary(
     )
 
 
-def _spec_decode(engines: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+def _spec_decode(engines: list[EngineSummary]) -> tuple[float | None, float | None]:
     """Acceptance over all endpoints: summed counters, else the mean of the gauges."""
-    specs = [e["spec_decode"] for e in engines if isinstance(e.get("spec_decode"), dict)]
-    counted = [s for s in specs if s.get("draft_tokens") is not None]
+    specs = [e.spec_decode for e in engines if e.spec_decode is not None]
+    counted = [(s, s.draft_tokens) for s in specs if s.draft_tokens is not None]
     if counted:
-        drafts = sum(float(s.get("drafts") or 0) for s in counted)
-        tokens = sum(float(s["draft_tokens"]) for s in counted)
-        accepted = sum(float(s.get("accepted_tokens") or 0) for s in counted)
+        drafts = sum(float(s.drafts or 0) for s, _ in counted)
+        tokens = sum(float(n) for _, n in counted)
+        accepted = sum(float(s.accepted_tokens or 0) for s, _ in counted)
         return (accepted / tokens if tokens else None, 1 + accepted / drafts if drafts else None)
-    gauges = [float(s["acceptance_rate"]) for s in specs if s.get("acceptance_rate") is not None]
+    gauges = [float(s.acceptance_rate) for s in specs if s.acceptance_rate is not None]
     return (sum(gauges) / len(gauges) if gauges else None, None)
 
 

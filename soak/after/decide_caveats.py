@@ -24,6 +24,7 @@ from soak.after.decide_model import (
     fmt_gain_limit,
 )
 from soak.after.decide_rule import CellKey, RoleCells, pool_differences
+from soak.after.record_view import rep_window
 from soak.record.matrix import pool_cell
 from soak.record.models import RunRecord, Status
 
@@ -294,7 +295,7 @@ def _reconciliation_gaps(
             f"{labels[k]} rep {r.rep}"
             for k in order
             for r in cells[role][k].reps
-            if r.reconciliation.get("matched") is False
+            if rep_window(r).matched is False
         ]
         if reps:
             out.append(f"{role} {', '.join(reps)}")

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,11 +47,12 @@ SEED_ROWS = [
 ]
 
 
-def _record(run: Path) -> dict:
-    return json.loads((run / "record.json").read_text())
+def _record(run: Path) -> dict[str, Any]:
+    rec: dict[str, Any] = json.loads((run / "record.json").read_text())
+    return rec
 
 
-def _copy(src: Path, dst: Path, **changes) -> Path:
+def _copy(src: Path, dst: Path, **changes: Any) -> Path:
     """A copy of a fixture run whose record has ``changes`` applied (top-level keys)."""
     shutil.copytree(src, dst)
     rec = _record(dst) | changes
@@ -62,7 +64,8 @@ def _cli(*argv: str) -> int:
     ap = argparse.ArgumentParser(prog="soaktop")
     add_parsers(ap.add_subparsers(dest="command", required=True))
     ns = ap.parse_args(argv)
-    return ns.handler(ns)
+    rc: int = ns.handler(ns)
+    return rc
 
 
 def test_compare_reproduces_the_seed_table_with_the_right_verdicts():

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from soak.after.decide import decide
-from soak.after.decide_model import Decision, NotComparable, fmt_change
+from soak.after.decide_model import CellDecision, Decision, NotComparable, fmt_change
 from soak.after.decide_render import render
 from soak.after.decide_rule import controls_disagree, is_material_win
 from soak.cli.decide import add_parser, parse_gain
@@ -82,9 +83,9 @@ def record(
     model: str = "private-target",
     slots: list[int | None] | None = None,
     status: Status = Status.PASSED,
-    gates: dict | None = None,
-    spec_decode: dict | None = None,
-    reconciliation: dict | None = None,
+    gates: dict[str, Any] | None = None,
+    spec_decode: dict[str, Any] | None = None,
+    reconciliation: dict[str, Any] | None = None,
     max_tokens: int = 4096,
     matrix: bool = True,
     label: str | None = None,
@@ -129,7 +130,7 @@ def record(
     )
 
 
-def trial(table: list[tuple[int, int, float, float, float]], **kw) -> list[RunRecord]:
+def trial(table: list[tuple[int, int, float, float, float]], **kw: Any) -> list[RunRecord]:
     """(target, concurrency, before, candidate, restored) rows → the three records."""
     return [
         record(role, [cell(t, c, row[i]) for t, c, *row in table], **kw.get(role, {}))
@@ -171,7 +172,7 @@ def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return rc, out, err
 
 
-def by_label(d: Decision, label: str):
+def by_label(d: Decision, label: str) -> CellDecision:
     return next(c for c in d.cells if c.label == label)
 
 
@@ -396,9 +397,20 @@ def test_output_length_differs():
     assert "13.3% apart" in msg and "different amounts of work" in msg
 
 
+GATE_FAILURE = {
+    "label": "j3",
+    "outcome": "contract",
+    "reason": "the answer is not the JSON the task asked for",
+    "request_id": "probe-j3",
+    "t_s": 3.0,
+    "wall": "2026-11-01T00:00:03Z",
+}
+"""A gate failure as ``probes.gates.GateFailure`` writes one."""
+
+
 def test_failed_gates_and_a_run_that_did_not_pass():
     gates = {
-        "before": {"json": {"passed": 23, "total": 24, "failures": [{"label": "j3"}]}},
+        "before": {"json": {"passed": 23, "total": 24, "failures": [GATE_FAILURE]}},
         "after": {"tools": {"passed": 6, "total": 6, "failures": []}},
     }
     runs = trial(DFLASH, candidate={"gates": gates, "status": Status.FAILED})
@@ -417,7 +429,7 @@ def test_request_failures_and_reconciliation_gaps():
     ]
     b, _, r = trial([(8000, 1, 1.1, 1.1, 1.1)])
     c = record("candidate", [cell(8000, 1, reps=reps)])
-    r = r.model_copy(update={"reconciliation": {"matched": False}})
+    r = r.model_copy(update={"reconciliation": Reconciliation(matched=False)})
     d = decide(b, c, r)
     assert "candidate ~6K/C1 1/12 (1 http_5xx)" in caveat(d, "request_failures")
     gap = caveat(d, "reconciliation_gap")

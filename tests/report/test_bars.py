@@ -46,18 +46,20 @@ STUB = "/* plotly.js left out: the text tests read the page, not the drawing */"
 PROMOTE = [row if row[:2] != (8000, 4) else (8000, 4, 5.061, 4.300, 5.807) for row in DFLASH]
 
 
-def _decision(table=DFLASH, **kw: Any) -> Decision:
+def _decision(table: list[tuple[int, int, float, float, float]] = DFLASH, **kw: Any) -> Decision:
     kw.setdefault("candidate", {"label": "DFlash2 K3", "slots": [789_904]})
     kw.setdefault("before", {"slots": [1_330_579]})
     kw.setdefault("restored", {"slots": [1_330_579]})
     return decide(*trial(table, **kw))
 
 
-def _bars(fig: dict) -> list[dict]:
+def _bars(fig: dict[str, Any]) -> list[dict[str, Any]]:
     return [t for t in fig["data"] if t["type"] == "bar"]
 
 
-def _by_cell(fig: dict, labels: list[str]) -> dict[str, dict[str, tuple[float, float, str]]]:
+def _by_cell(
+    fig: dict[str, Any], labels: list[str]
+) -> dict[str, dict[str, tuple[float, float, str]]]:
     """label → role → (x, y, trace meta), from the bar traces of a decide figure."""
     out: dict[str, dict[str, tuple[float, float, str]]] = {lab: {} for lab in labels}
     for t in _bars(fig):
@@ -252,7 +254,7 @@ def _invalid_copy(tmp_path: Path) -> Path:
     return run
 
 
-def _runs_in(fig: dict) -> dict[int, tuple[str, float, str]]:
+def _runs_in(fig: dict[str, Any]) -> dict[int, tuple[str, float, str]]:
     """run index → (trace meta, value, bar text)."""
     out = {}
     for t in _bars(fig):

@@ -16,6 +16,7 @@ import sys
 import zlib
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,14 +38,15 @@ class _Refs(HTMLParser):
         super().__init__()
         self.tags: list[tuple[str, dict[str, str | None]]] = []
 
-    def handle_starttag(self, tag, attrs):
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append((tag, dict(attrs)))
 
 
-def _figures(page: str) -> dict:
+def _figures(page: str) -> dict[str, Any]:
     m = re.search(r'<script type="application/json" id="soak-figures">(.*?)</script>', page, re.S)
     assert m, "no figure data in the page"
-    return json.loads(m.group(1))
+    figures: dict[str, Any] = json.loads(m.group(1))
+    return figures
 
 
 def _evil_copy(tmp_path: Path) -> Path:
@@ -269,8 +271,8 @@ def png_content_rows(png: bytes) -> tuple[int, int, int]:
     content = 0
     for r in range(1, height):
         row = raw[r * stride : (r + 1) * stride]
-        kind, px = row[0], row[1:]
-        uniform = px == px[:bpp] * width if kind == 0 else not any(px[bpp:])
+        row_filter, px = row[0], row[1:]  # a byte, where the chunk's kind above is 4 bytes
+        uniform = px == px[:bpp] * width if row_filter == 0 else not any(px[bpp:])
         content += not uniform
     return width, height, content
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from soak import __version__
 from soak.after.compare import RunView, read_run, verdict_words
+from soak.after.record_view import config_value
 from soak.after.report import tables
 from soak.after.report.charts import figures
 from soak.after.report.page import document
@@ -58,9 +59,9 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
     not one)."""
     view = read_run(run_dir)
     bundle = plotly_bundle() if plotly_js is None else plotly_js
-    rec = view.record or {}
-    series = read_series(run_dir, view.record)
-    charts = figures(series, (rec.get("config") or {}).get("window_s"))
+    rec = view.record
+    series = read_series(run_dir, rec)
+    charts = figures(series, config_value(rec, "window_s") if rec is not None else None)
     body = [_verdict(view)]
     chart_html = []
     for cid, title, fig, why in charts:
@@ -75,7 +76,7 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
     if series.events_dropped:
         legend += f" {series.events_dropped} less severe events are not marked."
     body.append(tables.section("Over time", legend + "</p>" + "".join(chart_html), "charts"))
-    if rec:
+    if rec is not None:
         body += [
             tables.section("Load", tables.load_summary(rec), "load"),
             tables.section("Gates", tables.gates(rec), "gates"),
@@ -93,9 +94,11 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
     ]
     figs = {f"chart-{cid}": fig for cid, _, fig, _ in charts if fig is not None}
     # A --redact run's page names its directory, never the path that holds it.
-    shown = view.path.name if (rec.get("config") or {}).get("redact") else view.path
+    redacted = rec is not None and config_value(rec, "redact")
+    shown = view.path.name if redacted else view.path
+    started, ended = (rec.started_at, rec.ended_at) if rec is not None else ("", "")
     meta = (
-        f"{shown} · started {rec.get('started_at', '—')} · ended {rec.get('ended_at', '—')}"
+        f"{shown} · started {started or '—'} · ended {ended or '—'}"
         f" · report by soaktop {__version__} at "
         f"{datetime.now(UTC).isoformat(timespec='seconds')}"
     )
@@ -103,7 +106,7 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
         title=view.run_id,
         status=view.status,
         meta=meta,
-        nav=nav if rec else nav[:2],
+        nav=nav if rec is not None else nav[:2],
         body="".join(body),
         figs=figs,
         plotly_js=bundle,
@@ -119,15 +122,18 @@ def _verdict(view: RunView) -> str:
             f"({tables.esc(view.status)}): the charts come from its journals only.</p>"
         )
     else:
-        if rec.get("recovered"):
+        if rec.recovered:
             parts.append('<p class="note">written by soaktop recover from the journals</p>')
         parts.append(tables.verdict(rec))
     if view.problems:
         items = "".join(f"<li>{tables.esc(p)}</li>" for p in view.problems)
-        parts.append(
-            '<p class="problem">record.json does not match this soaktop\'s record schema; '
-            f"it was read as plain JSON:</p><ul>{items}</ul>"
+        head = (
+            "record.json cannot be read"
+            if rec is None
+            else "record.json does not match this soaktop's record schema; what it lacks "
+            "reads as empty, what it adds is left out"
         )
+        parts.append(f'<p class="problem">{head}:</p><ul>{items}</ul>')
     return tables.section("Verdict", "".join(parts), "verdict")
 
 

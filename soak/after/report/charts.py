@@ -108,8 +108,8 @@ def decorations(series: RunSeries) -> tuple[list[dict[str, Any]], list[dict[str,
                 }
             )
     for ev in series.events:
-        colour = SEVERITY_COLOURS.get(str(ev.get("severity")), SEVERITY_COLOURS["info"])
-        t = float(ev["t"])
+        colour = SEVERITY_COLOURS.get(ev.severity, SEVERITY_COLOURS["info"])
+        t = ev.t
         shapes.append(
             {
                 "type": "line",
@@ -132,8 +132,7 @@ def decorations(series: RunSeries) -> tuple[list[dict[str, Any]], list[dict[str,
                 "showarrow": False,
                 "text": "▼",
                 "font": {"size": 12, "color": colour},
-                "hovertext": f"<b>{esc(ev.get('kind'))}</b> at {t:.1f} s<br>"
-                + _wrap(str(ev.get("message", ""))),
+                "hovertext": f"<b>{esc(ev.kind)}</b> at {t:.1f} s<br>" + _wrap(ev.message),
             }
         )
     return shapes, notes

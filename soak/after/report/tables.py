@@ -9,13 +9,19 @@ this record" line, so records from older soaktop versions still make a full page
 
 from __future__ import annotations
 
+import contextlib
 import html
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
+from soak.after.record_view import memory_target
 from soak.record.faults import faults_from_events, when
 from soak.record.journal import read_jsonl
+from soak.record.models import RunRecord
+from soak.record.sections import CounterComparison, Fault, ReconciledWindow, Reconciliation
 from soak.safe_text import safe_text
 
 
@@ -48,60 +54,49 @@ def section(title: str, body: str, anchor: str) -> str:
     return f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2>{body}</section>'
 
 
-def _get(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
-
-
-def verdict(rec: dict[str, Any]) -> str:
+def verdict(rec: RunRecord) -> str:
     """The status and every reason, strongest first (as the record orders them)."""
-    rows = [(r.get("effect"), r.get("code"), r.get("message")) for r in rec.get("reasons") or []]
+    rows = [(r.effect, r.code, r.message) for r in rec.reasons]
     return table(("effect", "code", "reason"), rows, "reasons")
 
 
-def load_summary(rec: dict[str, Any]) -> str:
+def load_summary(rec: RunRecord) -> str:
     """The load phase: counts, timing, throughput, then the exact latency percentiles."""
-    ld = rec.get("load")
-    if not isinstance(ld, dict):
+    ld = rec.load
+    if ld is None:
         return '<p class="none">no load phase in this record</p>'
-    fails = ", ".join(f"{n} {c}" for c, n in (ld.get("failures_by_class") or {}).items())
+    fails = ", ".join(f"{n} {c}" for c, n in ld.failures_by_class.items())
     facts = [
-        ("requested concurrency", ld.get("requested_concurrency")),
-        ("workers started", ld.get("workers_started")),
-        ("barrier released", ld.get("barrier_released_at") or ld.get("barrier_released")),
-        ("issued", ld.get("issued")),
-        ("completed", ld.get("completed")),
-        ("failed", f"{ld.get('failed')} ({fails})" if fails else ld.get("failed")),
-        ("cancelled", ld.get("cancelled")),
-        ("issue window", _s(ld.get("issue_s"))),
-        ("drain", _s(ld.get("drain_s"))),
-        ("elapsed including drain", _s(ld.get("elapsed_s"))),
-        ("stop reason", ld.get("stop_reason")),
-        ("output tokens", ld.get("output_tokens")),
-        ("output tokens/s (drain included)", ld.get("output_tokens_per_s")),
-        ("output tokens/s (issue window)", ld.get("output_tokens_per_s_issue_window")),
-        ("requests/s", ld.get("requests_per_s")),
-        ("mean input tokens", ld.get("input_tokens_mean")),
-        ("requests without usage", ld.get("usage_missing")),
-        ("back-offs", ld.get("backoffs")),
+        ("requested concurrency", ld.requested_concurrency),
+        ("workers started", ld.workers_started),
+        ("barrier released", ld.barrier_released_at or ld.barrier_released),
+        ("issued", ld.issued),
+        ("completed", ld.completed),
+        ("failed", f"{ld.failed} ({fails})" if fails else ld.failed),
+        ("cancelled", ld.cancelled),
+        ("issue window", _s(ld.issue_s)),
+        ("drain", _s(ld.drain_s)),
+        ("elapsed including drain", _s(ld.elapsed_s)),
+        ("stop reason", ld.stop_reason),
+        ("output tokens", ld.output_tokens),
+        ("output tokens/s (drain included)", ld.output_tokens_per_s),
+        ("output tokens/s (issue window)", ld.output_tokens_per_s_issue_window),
+        ("requests/s", ld.requests_per_s),
+        ("mean input tokens", ld.input_tokens_mean),
+        ("requests without usage", ld.usage_missing),
+        ("back-offs", ld.backoffs),
     ]
-    lat = []
-    for key, label in (
-        ("ttft_s", "TTFT"),
-        ("e2e_s", "E2E"),
-        ("itl_s", "ITL"),
-        ("tpot_s", "TPOT"),
-        ("ttfb_s", "TTFB"),
-        ("first_content_s", "first content"),
-    ):
-        st = ld.get(key)
-        if isinstance(st, dict):
-            lat.append(
-                [label] + [st.get(q) for q in ("p50", "p90", "p99", "max", "mean", "n", "method")]
-            )
+    latencies = (
+        ("TTFT", ld.ttft_s),
+        ("E2E", ld.e2e_s),
+        ("ITL", ld.itl_s),
+        ("TPOT", ld.tpot_s),
+        ("TTFB", ld.ttfb_s),
+        ("first content", ld.first_content_s),
+    )
+    lat = [
+        [label, st.p50, st.p90, st.p99, st.max, st.mean, st.n, st.method] for label, st in latencies
+    ]
     return (
         table(("measure", "value"), facts, "facts")
         + "<h3>Latency (seconds, exact over every request)</h3>"
@@ -113,17 +108,13 @@ def _s(v: Any) -> str | None:
     return None if not isinstance(v, int | float) else f"{v:,.2f} s"
 
 
-def gates(rec: dict[str, Any]) -> str:
+def gates(rec: RunRecord) -> str:
     """Each phase and suite: passed/total, then every failed task with its reason."""
     rows, failures = [], []
-    for phase, suites in (rec.get("gates") or {}).items():
-        for suite, g in (suites or {}).items():
-            if not isinstance(g, dict):
-                continue
-            rows.append((phase, suite, f"{g.get('passed')}/{g.get('total')}", g.get("not_run")))
-            for f in g.get("failures") or []:
-                f = f if isinstance(f, dict) else {"reason": f}
-                failures.append((phase, suite, f.get("label"), f.get("outcome"), f.get("reason")))
+    for phase, suites in rec.gates.items():
+        for suite, g in suites.items():
+            rows.append((phase, suite, f"{g.passed}/{g.total}", g.not_run))
+            failures += [(phase, suite, f.label, f.outcome, f.reason) for f in g.failures]
     if not rows:
         return '<p class="none">no gates ran</p>'
     out = table(("phase", "suite", "passed", "not run"), rows, "numbers")
@@ -134,43 +125,76 @@ def gates(rec: dict[str, Any]) -> str:
     return out
 
 
-def thresholds(rec: dict[str, Any]) -> str:
+def _every_field(items: Sequence[BaseModel], cls: str = "", leave_out: str = "") -> str:
+    """One row per model, one column per field any of them holds as the record has it
+    (unknown keys another version wrote included); fields starting ``leave_out`` are not
+    shown."""
+    dumped = [m.model_dump(mode="json") for m in items]
+    keys = list(dict.fromkeys(k for d in dumped for k in d))
+    keys = [k for k in keys if not (leave_out and k.startswith(leave_out))]
+    return table(keys, ([d.get(k) for k in keys] for d in dumped), cls)
+
+
+def thresholds(rec: RunRecord) -> str:
     """Every threshold's final state with the fields the record gives it."""
-    items = [t for t in rec.get("thresholds") or [] if isinstance(t, dict)]
-    if not items:
+    if not rec.thresholds:
         return '<p class="none">no thresholds configured</p>'
-    keys = list(dict.fromkeys(k for t in items for k in t))
-    return table(keys, ([t.get(k) for k in keys] for t in items))
+    return _every_field(rec.thresholds)
 
 
-_COUNTERS = ("requests", "prompt_tokens", "generation_tokens")
+def _windows(rc: Reconciliation) -> list[tuple[str, ReconciledWindow]]:
+    """The windows in the record's order: the ones this version names, then any window a
+    newer soaktop added (a key this version does not declare), read as a window."""
+    named = [(w, res) for w, res in (("before", rc.before), ("load", rc.load), ("after", rc.after))]
+    out = [(w, res) for w, res in named if res is not None]
+    for key, value in rc.unknown_keys().items():
+        if isinstance(value, dict):
+            with contextlib.suppress(ValidationError):
+                out.append((key, ReconciledWindow.model_validate(value)))
+    return out
 
 
-def reconciliation(rec: dict[str, Any]) -> str:
+def _older_counts(res: ReconciledWindow, counter: str) -> tuple[Any, Any]:
+    """Records before per-counter reconciliation kept one ``client`` and one ``server``
+    dict per window (keys this version does not declare): a counter's pair from them."""
+    kept = res.unknown_keys()
+    client, server = kept.get("client"), kept.get("server")
+    return (
+        client.get(counter) if isinstance(client, dict) else None,
+        server.get(counter) if isinstance(server, dict) else None,
+    )
+
+
+def _counter_row(
+    res: ReconciledWindow, counter: str, item: CounterComparison | None
+) -> tuple[Any, ...]:
+    """(status, client, server, difference, why) of one counter of one window."""
+    if item is not None:  # the current format
+        return item.status, item.client, item.server, item.difference, item.why
+    client, server = _older_counts(res, counter)
+    diff = None if client is None or server is None else server - client
+    m = res.matched
+    status = "matched" if m is True else "mismatched" if m is False else "unavailable"
+    return status, client, server, diff, res.unavailable
+
+
+def reconciliation(rec: RunRecord) -> str:
     """Client vs server counters, one row per window and counter (both record formats:
     per-counter ``{status, client, server, difference}``, and the older per-window
     ``client``/``server`` dicts)."""
-    rc = rec.get("reconciliation")
-    if not isinstance(rc, dict) or not rc:
+    rc = rec.reconciliation
+    if not rc.model_dump():
         return '<p class="none">no reconciliation in this record</p>'
     rows = []
-    for window, res in rc.items():
-        if not isinstance(res, dict):
-            continue
-        for name in _COUNTERS:
-            item = res.get(name)
-            if isinstance(item, dict):  # the current format
-                status, client, server = item.get("status"), item.get("client"), item.get("server")
-                diff, why = item.get("difference"), item.get("why")
-            else:  # older records: one client and one server dict per window
-                client = _get(res, "client", name)
-                server = _get(res, "server", name)
-                diff = None if client is None or server is None else server - client
-                why = res.get("unavailable")
-                m = res.get("matched")
-                status = "matched" if m is True else "mismatched" if m is False else "unavailable"
-            rows.append((window, name.replace("_", " "), status, client, server, diff, why))
-    overall = rc.get("matched")
+    for window, res in _windows(rc):
+        counters = (
+            ("requests", res.requests),
+            ("prompt_tokens", res.prompt_tokens),
+            ("generation_tokens", res.generation_tokens),
+        )
+        for name, item in counters:
+            rows.append((window, name.replace("_", " "), *_counter_row(res, name, item)))
+    overall = rc.matched
     verdict = "yes" if overall is True else "no" if overall is False else "nothing was compared"
     head = f"<p>every window that could be compared matched: <b>{esc(verdict)}</b></p>"
     return head + table(
@@ -178,42 +202,38 @@ def reconciliation(rec: dict[str, Any]) -> str:
     )
 
 
-def faults(rec: dict[str, Any], fields: frozenset[str], run_dir: Path) -> str:
+def faults(rec: RunRecord, fields: frozenset[str], run_dir: Path) -> str:
     """The record's ``faults[]``; for a record older than that field, recomputed from
     events.jsonl the same way the runner does (and the page says so)."""
     note = ""
-    items = rec.get("faults")
-    if "faults" not in fields or not isinstance(items, list):
-        load_start = _get(rec, "load", "issue_start_s")
-        items = faults_from_events(read_jsonl(run_dir / "events.jsonl"), load_start)
+    items = rec.faults
+    if "faults" not in fields:
+        load_start = rec.load.issue_start_s if rec.load is not None else None
+        events = faults_from_events(read_jsonl(run_dir / "events.jsonl"), load_start)
+        items = [Fault.model_validate(f) for f in events]
         note = (
             '<p class="note">this record predates <code>faults</code>: the list below is '
             "recomputed from events.jsonl</p>"
         )
     rows = []
     for f in items:
-        if not isinstance(f, dict):
-            continue
-        rel = f.get("time_s")
-        at = when(rel, 0.0)[3:] if isinstance(rel, int | float) else _s(f.get("t_s"))
-        where = f.get("gpu", f.get("replica", f.get("endpoint")))
-        rows.append((at, f.get("source"), f.get("kind"), f.get("severity"), where, f.get("detail")))
+        rel = f.time_s
+        at = when(rel, 0.0)[3:] if isinstance(rel, int | float) else _s(f.t_s)
+        where = next((w for w in (f.gpu, f.replica, f.endpoint) if w is not None), None)
+        rows.append((at, f.source, f.kind, f.severity, where, f.detail))
     return note + table(("when", "source", "kind", "severity", "GPU/replica", "detail"), rows)
 
 
-def engines(rec: dict[str, Any]) -> str:
+def engines(rec: RunRecord) -> str:
     """What each endpoint's /metrics said during the load (``telemetry.engines``)."""
-    items = [e for e in _get(rec, "telemetry", "engines") or [] if isinstance(e, dict)]
+    items = rec.telemetry.engines
     if not items:
         return '<p class="none">no engine metrics</p>'
-    keys = [k for k in dict.fromkeys(k for e in items for k in e) if not k.startswith("server_")]
-    out = table(keys, ([e.get(k) for k in keys] for e in items), "numbers")
+    out = _every_field(items, "numbers", leave_out="server_")
     lat = []
     for e in items:
-        for key in ("server_ttft_s", "server_e2e_s", "server_queue_s"):
-            st = e.get(key)
-            if isinstance(st, dict):
-                lat.append([e.get("endpoint"), key[7:-2]] + [st.get(q) for q in ("p50", "p99")])
+        server = (("ttft", e.server_ttft_s), ("e2e", e.server_e2e_s), ("queue", e.server_queue_s))
+        lat += [[e.endpoint, name, st.p50, st.p99] for name, st in server if st is not None]
     if lat:
         out += "<h3>Server-side latency (histogram estimates)</h3>" + table(
             ("endpoint", "measure", "p50 s", "p99 s"), lat, "numbers"
@@ -221,29 +241,21 @@ def engines(rec: dict[str, Any]) -> str:
     return out
 
 
-def identity(rec: dict[str, Any]) -> str:
+def identity(rec: RunRecord) -> str:
     """Model, engine, endpoints with version, KV token slots and memory target."""
-    ident = rec.get("identity")
-    if not isinstance(ident, dict):
+    ident = rec.identity
+    if ident is None:
         return '<p class="none">no identity in this record</p>'
     rows = [
-        (
-            e.get("url"),
-            e.get("engine"),
-            e.get("version"),
-            e.get("reachable"),
-            e.get("token_slots"),
-            _get(e, "cache_config", "gpu_memory_utilization"),
-        )
-        for e in ident.get("endpoints") or []
-        if isinstance(e, dict)
+        (e.url, e.engine, e.version, e.reachable, e.token_slots, memory_target(e.cache_config))
+        for e in ident.endpoints
     ]
     facts = [
-        ("model", ident.get("model")),
-        ("engine", ident.get("engine")),
-        ("soaktop", ident.get("soaktop_version")),
-        ("prompt pool", ident.get("prompt_pool")),
-        ("GPUs", len(ident.get("gpus") or [])),
+        ("model", ident.model),
+        ("engine", ident.engine),
+        ("soaktop", ident.soaktop_version),
+        ("prompt pool", ident.prompt_pool.model_dump(mode="json")),
+        ("GPUs", len(ident.gpus)),
     ]
     return table(("", ""), facts, "facts") + table(
         ("endpoint", "engine", "version", "reachable", "KV token slots", "GPU memory target"),
@@ -251,11 +263,10 @@ def identity(rec: dict[str, Any]) -> str:
     )
 
 
-def config(rec: dict[str, Any]) -> str:
+def config(rec: RunRecord) -> str:
     """The full configuration, folded."""
-    cfg = rec.get("config") or {}
     return (
         "<details><summary>configuration</summary>"
-        + table(("key", "value"), sorted(cfg.items()), "facts")
+        + table(("key", "value"), sorted(rec.config.items()), "facts")
         + "</details>"
     )
