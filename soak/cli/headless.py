@@ -13,10 +13,15 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import TextIO, cast
 
+from loadgen.stats import LatencyStats
+from soak.after.record_view import read_leniently
+from soak.record.events import Event
 from soak.record.journal import DropWriteErrors, JsonlTail
 from soak.record.models import EXIT_CODES, EXIT_STORAGE, RunRecord, Status, load_record
+from soak.record.sections import GateProgress
+from soak.record.snapshot import Snapshot
 from soak.run.spawn import AttachedRunner, RunnerHandle
 from soak.safe_text import safe_line
 
@@ -32,39 +37,39 @@ def _mmss(s: float | None) -> str:
     return f"{s // 60:02d}:{s % 60:02d}"
 
 
-def status_line(snap: dict[str, Any]) -> str:
+def status_line(snap: Snapshot) -> str:
     """One operator line: phase, time, counts, failures, concurrency, tok/s, TTFT, E2E."""
-    load = snap["load"]
-    phase = snap["phase"]
+    load, phase = snap.load, snap.phase
     if phase == "load":
-        where = f"load {_mmss(load.get('issue_elapsed_s'))}/{_mmss(load.get('issue_total_s'))}"
+        where = f"load {_mmss(load.issue_elapsed_s)}/{_mmss(load.issue_total_s)}"
     else:
-        where = f"{phase} {_mmss(snap.get('phase_elapsed_s'))}"
-    fails = load.get("failures_by_class") or {}
+        where = f"{phase} {_mmss(snap.phase_elapsed_s)}"
+    fails = load.failures_by_class
     fail_txt = ", ".join(f"{n} {c}" for c, n in fails.items()) if fails else "0"
-    win, cum = load.get("window") or {}, load.get("cumulative") or {}
-    ttft, e2e = cum.get("ttft_s") or {}, cum.get("e2e_s") or {}
-    tok_win = _f(win.get("output_tokens_per_s"), "{:.0f}")
-    tok_cum = _f(cum.get("output_tokens_per_s"), "{:.0f}")
-    gates = gate_text(snap.get("gates") or {})
+    win, cum = load.window, load.cumulative
+    ttft = cum.ttft_s if cum is not None else LatencyStats()
+    e2e = cum.e2e_s if cum is not None else LatencyStats()
+    tok_win = _f(win.output_tokens_per_s if win is not None else None, "{:.0f}")
+    tok_cum = _f(cum.output_tokens_per_s if cum is not None else None, "{:.0f}")
+    gates = gate_text(snap.gates)
     return safe_line(
         (f"[{where}] gates {gates} | " if phase.endswith("_gates") else f"[{where}] ")
-        + f"done {load['completed']} fail {fail_txt} | "
-        f"in-flight {load['in_flight']}/{load['workers_started']} of "
-        f"{load['requested_concurrency']} | out tok/s {tok_win} win {tok_cum} cum | "
-        f"TTFT p50 {_f(ttft.get('p50'))} p99 {_f(ttft.get('p99'))} s | "
-        f"E2E p50 {_f(e2e.get('p50'))} p99 {_f(e2e.get('p99'))} s"
+        + f"done {load.completed} fail {fail_txt} | "
+        f"in-flight {load.in_flight}/{load.workers_started} of "
+        f"{load.requested_concurrency} | out tok/s {tok_win} win {tok_cum} cum | "
+        f"TTFT p50 {_f(ttft.p50)} p99 {_f(ttft.p99)} s | "
+        f"E2E p50 {_f(e2e.p50)} p99 {_f(e2e.p99)} s"
     )
 
 
-def gate_text(gates: dict[str, Any]) -> str:
+def gate_text(gates: dict[str, dict[str, GateProgress]]) -> str:
     """``before json 24/24 tools 8/8; after json 3/24…`` (done so far when unfinished)."""
     parts = []
     for phase, suites in gates.items():
         counts = []
         for name, g in suites.items():
-            done, total = g.get("done", g["total"]), g["total"]
-            frac = f"{g['passed']}/{total}" + ("" if done >= total else f" ({done} done)")
+            done, total = g.done, g.total
+            frac = f"{g.passed}/{total}" + ("" if done >= total else f" ({done} done)")
             counts.append(f"{name} {frac}")
         parts.append(f"{phase} " + " ".join(counts))
     return "; ".join(parts) or "none"
@@ -154,7 +159,7 @@ def follow(
     tail = JsonlTail(handle.run_dir / "snapshots.jsonl")
     last_print = clock()
     last_phase = None
-    last: dict[str, Any] | None = None
+    last: Snapshot | None = None
     while True:
         if hung_up:
             return _detached(handle, out)
@@ -162,15 +167,19 @@ def follow(
             name = signal.Signals(forwarded.pop(0)).name
             print(f"soaktop: {name} → stopping the run (drain, record)", file=out, flush=True)
         rc = handle.poll()
-        for snap in tail.read_new():
+        for raw in tail.read_new():
+            # Another version's line (attach) reads as its record would; a damaged one is skipped.
+            snap, _ = read_leniently(Snapshot, raw, must_have=frozenset({("t",)}))
+            if snap is None:
+                continue
             last = snap
-            for ev in snap.get("events", []):
-                if ev["kind"] in _SHOWN_EVENTS or ev["severity"] == "critical":
+            for ev in snap.events:
+                if ev.kind in _SHOWN_EVENTS or ev.severity == "critical":
                     print(event_line(ev), file=out)
-        if last is not None and (last["phase"] != last_phase or clock() - last_print >= interval_s):
+        if last is not None and (last.phase != last_phase or clock() - last_print >= interval_s):
             print(status_line(last), file=out, flush=True)
             last_print = clock()
-            last_phase = last["phase"]
+            last_phase = last.phase
         if rc is not None:
             return _ended(handle, rc, out)
         time.sleep(poll_s)
@@ -207,9 +216,9 @@ def _ended(handle: RunnerHandle | AttachedRunner, rc: int, out: TextIO) -> int:
     return EXIT_CODES[Status.ABORTED]
 
 
-def event_line(ev: dict[str, Any]) -> str:
+def event_line(ev: Event) -> str:
     """``  12:00:03 fault: GPU 1 ...`` — one event as printed while following a run."""
-    return safe_line(f"  {str(ev.get('wall', ''))[11:19]} {ev.get('kind')}: {ev.get('message')}")
+    return safe_line(f"  {ev.wall[11:19]} {ev.kind}: {ev.message}")
 
 
 _SHOWN_EVENTS = frozenset(
