@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from soak.record.events import Event
+from soak.record.journal import LineTail
 from soak.record.models import RunRecord, read_schema_version
 from soak.record.snapshot import SNAPSHOT_SCHEMA_VERSION, Snapshot
 from tui.lenient import parse, validate
@@ -180,28 +181,6 @@ def event_entries(lines: Iterable[bytes], first_n: int = 0) -> tuple[list[EventE
     return out, skipped
 
 
-class LineTail:
-    """Follows a journal another process appends to: each call returns the complete lines
-    (bytes, blank ones left out) appended since the last; a line still being written is
-    read next time."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
-
-    def read_new(self) -> list[bytes]:
-        """The lines appended since the last call."""
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        return [line for line in data[:end].splitlines() if line.strip()]
-
-
 @dataclass(frozen=True)
 class FollowUpdate:
     """What one poll found: the newest snapshot and the chart points of every new one,
@@ -277,7 +256,7 @@ class RunFollower:
         """The newest readable snapshot of the new lines (validated whole: the one shown)
         and every new line's chart point."""
         lines, points = [], []
-        for raw in self._snapshots.read_new():
+        for raw in self._snapshots.read_new_lines():
             point = chart_point(raw)
             if point is None:
                 self.skipped += 1
@@ -291,7 +270,7 @@ class RunFollower:
         return None, points
 
     def _new_events(self) -> list[EventEntry]:
-        out, skipped = event_entries(self._events.read_new(), self._event_n)
+        out, skipped = event_entries(self._events.read_new_lines(), self._event_n)
         self._event_n += len(out)
         self.skipped += skipped
         return out

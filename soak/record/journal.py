@@ -237,19 +237,17 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 yield obj
 
 
-class JsonlTail:
-    """Follows a journal another process appends to: each call returns the new lines.
-
-    Only complete lines are consumed; a line still being written is read next time.
-    Lines that are not JSON objects are skipped.
-    """
+class LineTail:
+    """Follows a journal another process appends to: each call returns the complete lines
+    (bytes, blank ones left out) appended since the last; a line still being written is
+    read next time."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._offset = 0
 
-    def read_new(self) -> list[dict[str, Any]]:
-        """Complete JSON-object lines appended since the last call."""
+    def read_new_lines(self) -> list[bytes]:
+        """The lines appended since the last call."""
         try:
             with self.path.open("rb") as fh:
                 fh.seek(self._offset)
@@ -258,8 +256,17 @@ class JsonlTail:
             return []
         end = data.rfind(b"\n") + 1
         self._offset += end
+        return [line for line in data[:end].splitlines() if line.strip()]
+
+
+class JsonlTail(LineTail):
+    """A :class:`LineTail` that returns the new lines parsed: those that are not JSON
+    objects are skipped."""
+
+    def read_new(self) -> list[dict[str, Any]]:
+        """Complete JSON-object lines appended since the last call."""
         out = []
-        for line in data[:end].splitlines():
+        for line in self.read_new_lines():
             try:
                 obj = orjson.loads(line)
             except orjson.JSONDecodeError:
