@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from soak.record.lenient import VERSION_DIFFERENCES
 from soak.record.models import RunRecord
 
 RUN_FILES = ("record.json", "config.json", "runner.pid")
@@ -178,18 +179,14 @@ def journal_problems(run_dir: Path, names: tuple[str, ...] = JOURNALS) -> list[s
     return out
 
 
-_OTHER_VERSION = {"missing", "extra_forbidden"}
-"""Schema errors another soaktop version's record has (fields added or dropped)."""
-
-
 def unreadable_record(run_dir: Path) -> str | None:
     """Why ``record.json`` cannot be read even as another version's record, when it
     exists (None otherwise).
 
     ``compare``, ``runs`` and ``report`` read a record whose only problems are missing or
-    unknown fields as plain JSON (another soaktop version wrote it) and name them; a
-    record that is not a JSON object, or holds values of the wrong type, is damage
-    they refuse."""
+    unknown fields through its models, leniently (another soaktop version wrote it:
+    :mod:`soak.record.lenient`), and name them; a record that is not a JSON object, or
+    holds values of the wrong type, is damage they refuse."""
     if not (run_dir / "record.json").exists():
         return None
     try:
@@ -199,7 +196,7 @@ def unreadable_record(run_dir: Path) -> str | None:
     try:
         RunRecord.model_validate(raw)
     except ValidationError as e:
-        wrong = [err for err in e.errors() if err["type"] not in _OTHER_VERSION]
+        wrong = [err for err in e.errors() if err["type"] not in VERSION_DIFFERENCES]
         if wrong:
             return (
                 f"{run_dir}/record.json is damaged: values of the wrong type ({record_problems(e)})"
