@@ -7,8 +7,8 @@ Both tolerate files that do not exist yet and a torn last line (the line being w
 
 Every line is read through the model its writer used (:class:`Snapshot`,
 :class:`~soak.record.events.Event`; ``record.json`` a ``RunRecord``), leniently
-(:mod:`tui.lenient`): a line that validates only once its odd values are left out is
-shown without them, one that cannot be read at all is skipped and counted
+(:func:`tui.run_files.parse`): a line that validates only once its odd values are left
+out is shown without them, one that cannot be read at all is skipped and counted
 (``skipped``). The panes get the models, never the JSON.
 """
 
@@ -26,8 +26,7 @@ from soak.record.events import Event
 from soak.record.journal import LineTail
 from soak.record.models import RunRecord, read_schema_version
 from soak.record.snapshot import SNAPSHOT_SCHEMA_VERSION, Snapshot
-from tui.lenient import parse, validate
-from tui.run_files import RunMeta, read_meta, read_record
+from tui.run_files import RunMeta, parse, read_meta, read_record
 
 __all__ = [
     "EventEntry",
@@ -164,7 +163,7 @@ class EventEntry:
         """Number ``event`` and read the facts the panes need from its data, once."""
         if not event.data:
             return cls(n, event)
-        return cls(n, event, validate(EventFacts, event.data).value or _NO_FACTS)
+        return cls(n, event, parse(EventFacts, event.data).value or _NO_FACTS)
 
 
 def event_entries(lines: Iterable[bytes], first_n: int = 0) -> tuple[list[EventEntry], int]:

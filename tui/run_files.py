@@ -2,18 +2,31 @@
 and identity (the run's target, written at start) and ``record.json`` (the verdict).
 
 No Textual here. A file that does not exist yet, or cannot be read, is None; one that
-does not quite validate is read as far as it can be (:mod:`tui.lenient`).
+does not quite validate is read as far as it can be (:func:`parse`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
+from soak.record.lenient import Lenient, M, read
 from soak.record.models import Identity, RunRecord
-from tui.lenient import M, parse
+
+
+def parse(model: type[M], data: bytes | Mapping[str, Any]) -> Lenient[M]:
+    """``data`` (a line's or a file's bytes, or an event's parsed ``data``) as ``model``,
+    as the monitor reads what the runner writes (:func:`soak.record.lenient.read`): a
+    value of the wrong type, or the list item holding it, is left out, and a required
+    key the line lacks reads as its "no data" placeholder. The monitor shows what it can
+    of a live line: one odd value, or a key a newer soaktop added, must not blank the
+    screen. ``value`` is None for a line of another major version, or one nothing can be
+    kept of: the caller skips and counts it."""
+    return read(model, data, on_wrong_type="drop", on_item_missing="fill")
 
 
 class PlannedRun(BaseModel):

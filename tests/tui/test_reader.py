@@ -11,7 +11,6 @@ from pydantic import BaseModel
 
 from soak.record.snapshot import Snapshot
 from tests.tui.helpers import BARE_SNAPSHOT, FIXTURES, HEALTHY, XID, LiveRun, snapshots
-from tui.lenient import parse
 from tui.reader import (
     ChartedLine,
     RunFollower,
@@ -20,6 +19,7 @@ from tui.reader import (
     load_replay,
     read_meta,
 )
+from tui.run_files import parse
 
 
 def test_follower_reads_the_whole_history_then_only_new_lines(tmp_path: Path) -> None:
