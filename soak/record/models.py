@@ -17,7 +17,8 @@ and in every snapshot line.
   in 1.1 keep keys they do not declare instead of refusing them
   (:mod:`soak.record.shape`), since 1.0 held them as free-form JSON. A newer minor's
   unknown *top-level* key is named as a schema problem: the strict readers (view,
-  attach, verify, decide) refuse it, compare, runs and report read it as plain JSON.
+  attach, verify, decide) refuse it, compare, runs and report read it through these
+  models leniently (:mod:`soak.record.lenient`: it is left out, and named).
 - The published schema describes records as this version writes them: a key it lists
   as required is always written by this version (an older record may lack it).
 

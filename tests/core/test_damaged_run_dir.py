@@ -86,8 +86,8 @@ UNREADABLE = [_truncated, _binary, _empty, _a_list, _a_directory, _wrong_types]
 """Damage no reader can work around: every command refuses (``runs`` lists it as such)."""
 OFF_SCHEMA = [_missing_field]
 """A record another soaktop version could have written (fields missing or unknown): view,
-attach, verify, decide refuse it; compare, runs and report read it as plain JSON and name
-its problems."""
+attach, verify, decide refuse it; compare, runs and report read it through the models
+leniently and name its problems."""
 
 
 def _decide_args(run: Path) -> list[str]:
