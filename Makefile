@@ -31,11 +31,13 @@ real-engine-env:
 	VLLM_VENV=$$(bash scripts/vllm_cpu_env.sh | tail -n1) && \
 		"$$VLLM_VENV/bin/python" scripts/build_tiny_model.py
 
+# The last step: the published JSON Schema (schema/) is what the record models generate.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m soak.record.schema --check
 
 # Day-to-day loop (about 40 s on 2 cores, under a minute): lint, types (package and tests),
 # layer contracts and the pure and seam tests — no runner or simulated-engine soak, no
