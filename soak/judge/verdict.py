@@ -27,9 +27,6 @@ from soak.judge.thresholds import (
 from soak.record.faults import load_start
 from soak.record.models import Reason, Status
 
-Findings = RunFacts
-"""The facts' former name (the load, gates and client-health part came first)."""
-
 _PRECEDENCE = (
     ("aborted", Status.ABORTED),
     ("invalid", Status.INVALID),

@@ -42,7 +42,6 @@ import httpx
 
 from probes.engine_metrics import EngineSample, fetch, scrape, server_latency
 from soak.judge.coverage import Coverage, LoadWindow
-from soak.judge.faults import restart_reasons as restart_reasons
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter
 from soak.watch.engine_figures import counter_delta, prefix_cache, spec_decode

@@ -34,7 +34,6 @@ import httpx
 from probes.health import HealthSample, HealthTracker, check_health
 from probes.server_log import CommandFollower, LogFault, LogFollower, classify
 from soak.judge.coverage import Coverage, LoadWindow
-from soak.judge.faults import fault_reasons as fault_reasons
 from soak.record.events import EventLog
 from soak.watch.periodic import every, poll_timeout
 

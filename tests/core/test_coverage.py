@@ -25,13 +25,14 @@ from soak.judge.coverage import (
     coverage_reasons,
     parse_required,
 )
+from soak.judge.faults import fault_reasons
 from soak.judge.reconcile import reconcile_window
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter
 from soak.run.config import ConfigError
 from soak.run.config_load import load_config
 from soak.watch.engine import EngineWatch
-from soak.watch.health import FaultWatch, fault_reasons
+from soak.watch.health import FaultWatch
 from soak.watch.periodic import poll_timeout
 from tests.core.test_engine_metrics import REAL
 

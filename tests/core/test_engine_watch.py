@@ -9,9 +9,10 @@ from typing import Any, cast
 
 import pytest
 
+from soak.judge.faults import restart_reasons
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter
-from soak.watch.engine import EngineWatch, restart_reasons
+from soak.watch.engine import EngineWatch
 from tests.core.test_engine_metrics import REAL, SGLANG, SPEC_DECODE, fake_scrapes, two_engines
 
 

@@ -6,9 +6,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from soak.judge.faults import fault_reasons
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter, read_jsonl
-from soak.watch.health import FaultWatch, fault_reasons
+from soak.watch.health import FaultWatch
 
 FATAL = (
     "(EngineCore_DP0 pid=41) ERROR 11-30 03:10:43 [core.py:710] "

@@ -11,7 +11,8 @@ from typing import Any
 import orjson
 
 from probes.host import HostSample
-from soak.judge.verdict import Findings, decide
+from soak.judge.facts import RunFacts
+from soak.judge.verdict import decide
 from soak.record.events import EventLog
 from soak.record.journal import JsonlWriter
 from soak.record.models import ClientHealth
@@ -79,7 +80,7 @@ def test_sustained_client_cpu_overload_makes_the_run_invalid(tmp_path):
     assert watch.summary()["client_cpu_percent_max"] == 99.0
     health = ClientHealth(cpu_over_limit_s=12.0, in_flight_short_s=0.0)
     status, reasons = decide(
-        Findings(health=health, client_overload_s=10.0, max_client_cpu_percent=90.0)
+        RunFacts(health=health, client_overload_s=10.0, max_client_cpu_percent=90.0)
     )
     assert status.value == "INVALID"
     assert [r.message for r in reasons] == [
@@ -88,7 +89,7 @@ def test_sustained_client_cpu_overload_makes_the_run_invalid(tmp_path):
     ]
     # a burst shorter than the limit is not a verdict
     short = ClientHealth(cpu_over_limit_s=9.0)
-    assert decide(Findings(health=short, client_overload_s=10.0))[0].value == "PASSED"
+    assert decide(RunFacts(health=short, client_overload_s=10.0))[0].value == "PASSED"
 
 
 def test_in_flight_below_the_workers_counts_only_while_issuing_and_not_backing_off(tmp_path):
@@ -105,6 +106,6 @@ def test_in_flight_below_the_workers_counts_only_while_issuing_and_not_backing_o
     tick(30.0, measuring=True, issuing=False, in_flight=0, workers=8, backoffs=3)
     assert watch.short_streak.longest_s == 4.0 and watch.short_min == 3
     health = ClientHealth(in_flight_short_s=12.0, in_flight_short_min=3)
-    status, reasons = decide(Findings(health=health, client_overload_s=10.0))
+    status, reasons = decide(RunFacts(health=health, client_overload_s=10.0))
     assert status.value == "INVALID" and reasons[0].code == "in_flight_short"
     assert "as few as 3" in reasons[0].message

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 
 from probes.engine_metrics import EngineSample
+from soak.judge.faults import restart_reasons
 from soak.record.faults import when
 from soak.record.journal import JsonlWriter
 from soak.watch import engine as engine_watch
-from soak.watch.engine import EngineWatch, restart_reasons
+from soak.watch.engine import EngineWatch
 
 
 def _sample(t: float, gen: float) -> EngineSample:

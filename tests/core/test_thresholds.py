@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from loadgen.live import ThroughputView
 from loadgen.stats import LIVE_METHOD, LatencyStats
+from soak.judge.facts import RunFacts
 from soak.judge.thresholds import (
     LIVE_SOURCE,
     METRICS,
@@ -25,7 +26,7 @@ from soak.judge.thresholds import (
     record_source,
     threshold_reasons,
 )
-from soak.judge.verdict import Findings, decide
+from soak.judge.verdict import decide
 from soak.record.models import LoadSummary, Status
 from soak.record.snapshot import ClientView, LoadView, Snapshot
 from soak.record.telemetry import SnapshotTelemetry
@@ -479,7 +480,7 @@ def test_a_final_breach_fails_the_run_with_the_figure_and_its_source():
     assert reason.message == (
         "threshold e2e.p99<20s breached: 23.4 s, from the record (exact, nearest-rank)"
     )
-    assert decide(Findings(load=summary(failed=0, issued=99), extra=[reason]))[0] is Status.FAILED
+    assert decide(RunFacts(load=summary(failed=0, issued=99), extra=[reason]))[0] is Status.FAILED
 
 
 def test_latencies_under_a_second_read_in_ms_and_ratios_in_percent():
@@ -498,7 +499,7 @@ def test_no_data_makes_the_run_invalid_and_says_why():
     assert "engine.max_kv_usage had no data" in reason.message
     assert "telemetry" in reason.message
     assert "no data is never ok" in reason.message
-    assert decide(Findings(load=summary(failed=0, issued=99), extra=[reason]))[0] is Status.INVALID
+    assert decide(RunFacts(load=summary(failed=0, issued=99), extra=[reason]))[0] is Status.INVALID
     [latency] = threshold_reasons(final("itl.p99<50ms", None))
     assert "itl.p99 had no data" in latency.message
 
@@ -515,7 +516,7 @@ def test_held_at_the_end_but_breached_live_is_a_note_with_the_time():
     assert reason.effect == "note"
     assert "threshold ttft.p99<1s held at the end (620 ms" in reason.message
     assert "first breached live at 12 min 5 s" in reason.message
-    assert decide(Findings(load=summary(failed=0, issued=99), extra=[reason]))[0] is Status.PASSED
+    assert decide(RunFacts(load=summary(failed=0, issued=99), extra=[reason]))[0] is Status.PASSED
 
 
 def test_a_final_breach_also_says_when_it_was_first_breached_live():

@@ -3,7 +3,8 @@
 from typing import Any
 
 from probes.gates import GateFailure, SuiteGate
-from soak.judge.verdict import Findings, decide
+from soak.judge.facts import RunFacts
+from soak.judge.verdict import decide
 from soak.record.models import ClientHealth, LoadSummary, Status
 
 
@@ -17,7 +18,7 @@ def load(**kw: Any) -> LoadSummary:
 
 
 def test_clean_run_passes_and_says_how_many_requests_were_clean():
-    status, reasons = decide(Findings(load=load()))
+    status, reasons = decide(RunFacts(load=load()))
     assert status is Status.PASSED
     assert [(r.code, r.effect) for r in reasons] == [("load_clean", "note")]
     assert reasons[0].message == f"load: 0 failures in {load().issued:,} requests"
@@ -25,7 +26,7 @@ def test_clean_run_passes_and_says_how_many_requests_were_clean():
 
 def test_one_load_failure_fails_and_says_which_class():
     status, reasons = decide(
-        Findings(load=load(completed=99, failed=1, failures_by_class={"http_5xx": 1}))
+        RunFacts(load=load(completed=99, failed=1, failures_by_class={"http_5xx": 1}))
     )
     assert status is Status.FAILED
     assert reasons[0].code == "load_failures" and "1 http_5xx" in reasons[0].message
@@ -33,14 +34,14 @@ def test_one_load_failure_fails_and_says_which_class():
 
 def test_failures_within_threshold_pass():
     status, _ = decide(
-        Findings(load=load(failed=2, failures_by_class={"read_timeout": 2}), max_failures=2)
+        RunFacts(load=load(failed=2, failures_by_class={"read_timeout": 2}), max_failures=2)
     )
     assert status is Status.PASSED
 
 
 def test_barrier_not_reached_is_invalid_with_the_cause():
     status, reasons = decide(
-        Findings(
+        RunFacts(
             load=load(
                 workers_started=5,
                 barrier_released=False,
@@ -57,7 +58,7 @@ def test_barrier_not_reached_is_invalid_with_the_cause():
 
 def test_overloaded_client_is_invalid_but_keeps_the_failure():
     status, reasons = decide(
-        Findings(
+        RunFacts(
             load=load(failed=1, failures_by_class={"http_5xx": 1}),
             health=ClientHealth(loop_lag_p99_s=1.2),
             max_loop_lag_s=0.5,
@@ -68,13 +69,13 @@ def test_overloaded_client_is_invalid_but_keeps_the_failure():
 
 
 def test_abort_wins_and_preflight_fails():
-    assert decide(Findings(load=load(), aborted="SIGINT during load"))[0] is Status.ABORTED
-    status, reasons = decide(Findings(preflight_errors=["endpoint x unreachable"]))
+    assert decide(RunFacts(load=load(), aborted="SIGINT during load"))[0] is Status.ABORTED
+    status, reasons = decide(RunFacts(preflight_errors=["endpoint x unreachable"]))
     assert status is Status.FAILED and reasons[0].message == "endpoint x unreachable"
 
 
 def test_requests_cut_by_the_drain_deadline_fail_the_run():
-    status, reasons = decide(Findings(load=load(cancelled=18, cancel_cause="drain deadline")))
+    status, reasons = decide(RunFacts(load=load(cancelled=18, cancel_cause="drain deadline")))
     assert status is Status.FAILED
     assert (
         reasons[0].code == "drain_deadline" and "18 requests did not finish" in reasons[0].message
@@ -83,19 +84,19 @@ def test_requests_cut_by_the_drain_deadline_fail_the_run():
 
 def test_requests_cut_by_an_abort_are_a_note():
     status, reasons = decide(
-        Findings(load=load(cancelled=3, cancel_cause="abort"), aborted="SIGINT during drain")
+        RunFacts(load=load(cancelled=3, cancel_cause="abort"), aborted="SIGINT during drain")
     )
     assert status is Status.ABORTED and reasons[-1].effect == "note"
 
 
 def test_issued_that_do_not_add_up_make_the_run_invalid():
-    status, reasons = decide(Findings(load=load(issued=105)))
+    status, reasons = decide(RunFacts(load=load(issued=105)))
     assert status is Status.INVALID
     assert "105 requests issued but 100 journaled" in reasons[0].message
 
 
 def test_a_dead_worker_makes_the_run_invalid():
-    status, reasons = decide(Findings(load=load(worker_errors={"OSError: disk full": 1})))
+    status, reasons = decide(RunFacts(load=load(worker_errors={"OSError: disk full": 1})))
     assert status is Status.INVALID and "disk full" in reasons[0].message
 
 
@@ -125,7 +126,7 @@ def test_one_after_load_probe_500_fails_a_clean_run_in_the_seeds_words():
         )
     }
     status, reasons = decide(
-        Findings(
+        RunFacts(
             load=load(completed=64_507),
             gates={"before": clean_gates(), "after": after},
             gates_configured=["json", "tools"],
@@ -150,7 +151,7 @@ def test_failed_before_gates_without_a_load_say_why_no_load_ran():
         )
     }
     status, reasons = decide(
-        Findings(gates={"before": before}, gates_configured=["json"], before_blocked=True)
+        RunFacts(gates={"before": before}, gates_configured=["json"], before_blocked=True)
     )
     assert status is Status.FAILED
     assert [r.code for r in reasons] == ["gate_failed", "before_gates_failed"]
@@ -162,7 +163,7 @@ def test_failed_before_gates_without_a_load_say_why_no_load_ran():
 def test_a_long_failure_list_is_cut_and_counted():
     failures = [fail(f"json#{i} (t{i})", "HTTP 503") for i in range(1, 8)]
     after = {"json": SuiteGate(passed=17, total=24, failures=failures)}
-    _, reasons = decide(Findings(load=load(), gates={"before": clean_gates(), "after": after}))
+    _, reasons = decide(RunFacts(load=load(), gates={"before": clean_gates(), "after": after}))
     msg = next(r.message for r in reasons if r.code == "gate_failed")
     assert "json#3 (t3)" in msg and "json#4 (t4)" not in msg and "+4 more" in msg
 
@@ -174,7 +175,7 @@ def test_a_canary_failure_fails_the_run_and_says_when():
         )
     }
     status, reasons = decide(
-        Findings(
+        RunFacts(
             load=load(), gates={"before": clean_gates(), "canary": canary, "after": clean_gates()}
         )
     )
@@ -190,7 +191,7 @@ def test_a_probe_that_passed_only_on_retry_passes_with_a_note():
             passed=24, total=24, passed_on_retry=[fail("json#2 (a)", "HTTP 503", attempts=2)]
         )
     }
-    status, reasons = decide(Findings(load=load(), gates={"before": clean_gates(), "after": after}))
+    status, reasons = decide(RunFacts(load=load(), gates={"before": clean_gates(), "after": after}))
     assert status is Status.PASSED
     retry = next(r for r in reasons if r.code == "gate_passed_on_retry")
     assert retry.effect == "note" and "after 1 retries; first attempt: HTTP 503" in retry.message
@@ -198,7 +199,7 @@ def test_a_probe_that_passed_only_on_retry_passes_with_a_note():
 
 def test_configured_gates_that_did_not_run_are_said():
     _, reasons = decide(
-        Findings(load=load(), gates={"before": clean_gates()}, gates_configured=["json", "tools"])
+        RunFacts(load=load(), gates={"before": clean_gates()}, gates_configured=["json", "tools"])
     )
     assert ("gates_not_run", "the after-load gates did not run") in [
         (r.code, r.message) for r in reasons
@@ -208,7 +209,7 @@ def test_configured_gates_that_did_not_run_are_said():
 def test_force_load_is_recorded_beside_the_failed_before_gate():
     before = {"tools": SuiteGate(passed=7, total=8, failures=[fail("tools#2 (c)", "bad")])}
     status, reasons = decide(
-        Findings(load=load(), gates={"before": before, "after": clean_gates()}, force_load=True)
+        RunFacts(load=load(), gates={"before": before, "after": clean_gates()}, force_load=True)
     )
     assert status is Status.FAILED
     assert {"gate_failed", "force_load"} <= {r.code for r in reasons}
@@ -217,7 +218,7 @@ def test_force_load_is_recorded_beside_the_failed_before_gate():
 def test_an_abort_outranks_a_failed_gate_and_keeps_it():
     after = {"json": SuiteGate(passed=23, total=24, failures=[fail("json#1 (a)", "HTTP 500")])}
     status, reasons = decide(
-        Findings(load=load(), aborted="SIGINT during after_gates", gates={"after": after})
+        RunFacts(load=load(), aborted="SIGINT during after_gates", gates={"after": after})
     )
     assert status is Status.ABORTED
     assert [r.code for r in reasons][:2] == ["aborted", "gate_failed"]

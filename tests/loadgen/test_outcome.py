@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadgen.outcome import USAGE_CHUNK_SLACK, is_empty_stream, usage_disagrees, usage_problem
-from soak.judge.verdict import Findings, decide
+from soak.judge.facts import RunFacts
+from soak.judge.verdict import decide
 from soak.record.summary import LoadTiming, summarize_load
 
 json_values = st.recursive(
@@ -125,7 +126,7 @@ def test_summary_counts_and_verdict_words(tmp_path: Path) -> None:
         load.usage_disagrees_example == "r/load/chat/1: 100 token chunks, usage.completion_tokens 3"
     )
     assert load.empty_answers == 1 and load.stale_connection_retries == 1
-    _, reasons = decide(Findings(load=load))
+    _, reasons = decide(RunFacts(load=load))
     by = {r.code: r for r in reasons}
     msg = by["load_failures"].message
     assert "1 empty_stream (HTTP 200 streams that ended with [DONE] but carried no output)" in msg
