@@ -15,19 +15,17 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from soak.cli.headless import EXIT_DETACHED, final_report
 from soak.record.models import EXIT_CODES, EXIT_STORAGE, EXIT_USAGE, Status, load_record
+from soak.run.spawn import RunnerHandle
 from soak.safe_text import safe_text
 from tui.app import SoakTopApp
 from tui.outcome import Outcome
 from tui.run_files import read_planned, read_record
 from tui.runner_link import PidRunner
 from tui.settings import UiSettings, resolve_settings
-
-if TYPE_CHECKING:
-    from soak.run.spawn import RunnerHandle
 
 RUNNER_EXIT_WAIT_S = 30.0
 """After the record appeared, how long to wait for our runner child to exit."""

@@ -25,14 +25,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
+from soak.run.config import RunConfig
 from soak.run.spawn import runners_end_with_this_process, wait_for_tied_runners
-
-if TYPE_CHECKING:
-    from soak.run.config import RunConfig
 
 SCENARIOS = {
     "healthy": "no faults",

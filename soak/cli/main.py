@@ -18,15 +18,13 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from soak.cli.parser import build_parser, cli_flags, cli_values
 from soak.record.models import EXIT_STORAGE, EXIT_USAGE
 from soak.run.config import ConfigError, RunConfig
 from soak.run.config_load import load_config
-
-if TYPE_CHECKING:
-    from soak.run.spawn import RunnerHandle
+from soak.run.spawn import RunnerHandle
 
 
 class Frontend(Protocol):

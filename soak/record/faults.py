@@ -9,11 +9,10 @@ is "how far into the load did this happen", next to the requests it broke.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from soak.record.matrix import MatrixSummary
-    from soak.record.models import LoadSummary
+from soak.record.matrix import MatrixSummary
+from soak.record.models import LoadSummary
 
 
 def when(t_s: float, load_start_s: float | None) -> str:

@@ -25,7 +25,7 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 import httpx
 import orjson
@@ -33,9 +33,7 @@ import orjson
 from probes.dcgm import scrape_dcgm
 from soak.record.journal import JsonlWriter
 from soak.record.redact import Redactor
-
-if TYPE_CHECKING:
-    from soak.run.config import RunConfig
+from soak.run.config import RunConfig
 
 SALT_BYTES = 32
 LOG_COMMANDS = frozenset({"docker", "podman", "nerdctl", "kubectl", "oc", "crictl"})
