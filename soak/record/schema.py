@@ -1,6 +1,7 @@
-"""The published JSON Schema of ``record.json`` and of a ``snapshots.jsonl`` line,
-generated from the models (:class:`~soak.record.models.RunRecord`,
-:class:`~soak.record.snapshot.Snapshot`) into the repository's ``schema/`` folder.
+"""The published JSON Schema of ``record.json`` and of each journal's line, generated
+from the models (:class:`~soak.record.models.RunRecord`, :class:`~soak.record.snapshot.
+Snapshot`, and the lines of :mod:`soak.record.journal_lines`: requests, events, probes,
+telemetry) into the repository's ``schema/`` folder.
 
     python -m soak.record.schema --write   # regenerate schema/*.schema.json
     python -m soak.record.schema --check   # exit 1 when they are not what the models say
@@ -23,6 +24,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
+from soak.record.events import Event
+from soak.record.journal_lines import ProbeLine, RequestLine, TelemetryLine
 from soak.record.models import SCHEMA_VERSION, RunRecord
 from soak.record.snapshot import Snapshot
 
@@ -32,6 +35,10 @@ SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schema"
 PUBLISHED: dict[str, type[BaseModel]] = {
     "record.schema.json": RunRecord,
     "snapshot.schema.json": Snapshot,
+    "requests.schema.json": RequestLine,
+    "events.schema.json": Event,
+    "probes.schema.json": ProbeLine,
+    "telemetry.schema.json": TelemetryLine,
 }
 """File name → the model it describes."""
 
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     """``--write`` regenerates the files, ``--check`` exits 1 when one is stale."""
     parser = argparse.ArgumentParser(
         prog="python -m soak.record.schema",
-        description="The JSON Schema of record.json and of a snapshot line, from the models.",
+        description="The JSON Schema of record.json and of each journal line, from the models.",
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--write", action="store_true", help="regenerate schema/*.schema.json")
