@@ -23,9 +23,13 @@ from soak.judge.facts import RunFacts
 from soak.judge.faults import gpu_fault_events, telemetry_from_journals
 from soak.judge.limits import limits_from_config
 from soak.judge.thresholds import Threshold, ThresholdState, parse_thresholds
+from soak.record import lenient
+from soak.record.events import Event
 from soak.record.journal import read_jsonl
+from soak.record.journal_lines import ThresholdData, event_data, read_events
 from soak.record.matrix import MatrixSummary
 from soak.record.models import LoadSummary, PhaseSpan, Reason, RunRecord, Status
+from soak.record.snapshot import Snapshot
 
 RECOVERED_ABORT = "runner killed: no record was written; recovered from the journals"
 """The abort reason of every recovered record."""
@@ -45,32 +49,54 @@ def as_json(value: Any) -> Any:
 
 @dataclass
 class RunJournals:
-    """What the journals say beyond the load and the gates (read once)."""
+    """What the journals say beyond the load and the gates (read once, through the
+    models: :func:`soak.record.journal_lines.read_events` and a lenient
+    :class:`~soak.record.snapshot.Snapshot`)."""
 
-    events: list[dict[str, Any]]
-    last_snapshot: dict[str, Any] | None
+    events: list[Event]
+    last_snapshot: Snapshot | None
 
     @classmethod
     def read(cls, run_dir: Path) -> RunJournals:
-        """events.jsonl and the last line of snapshots.jsonl (torn lines skipped)."""
+        """events.jsonl and the last line of snapshots.jsonl (torn lines skipped; an
+        event with a value of the wrong type raises ``JournalLineError``, a ValueError)."""
         last = None
         for last in read_jsonl(run_dir / "snapshots.jsonl"):  # noqa: B007 - the last one
             pass
-        return cls(list(read_jsonl(run_dir / "events.jsonl")), last)
+        return cls(read_events(run_dir / "events.jsonl"), _snapshot(last))
+
+    def event_lines(self) -> list[dict[str, Any]]:
+        """The events as the JSON they were written as, for the judges that read it
+        (``soak.judge.faults``, ``soak.record.faults``)."""
+        return [ev.model_dump(mode="json") for ev in self.events]
+
+    def snapshot_line(self) -> dict[str, Any] | None:
+        """The last snapshot as the JSON it was written as (None: there was none)."""
+        snap = self.last_snapshot
+        return None if snap is None else snap.model_dump(mode="json")
 
     def live_thresholds(self) -> list[ThresholdState]:
         """The live watch's states in the last snapshot (their first breaches)."""
-        states = (self.last_snapshot or {}).get("thresholds") or []
-        return [ThresholdState.model_validate(s) for s in states]
+        return [] if self.last_snapshot is None else list(self.last_snapshot.thresholds)
 
     def abort_threshold(self, thresholds: list[Threshold]) -> Threshold | None:
         """The ``abort`` threshold that stopped the load (its ``error`` event), if one did."""
         by_expr = {t.expr: t for t in thresholds}
         for ev in self.events:
-            expr = (ev.get("data") or {}).get("expr")
-            if ev.get("kind") == "threshold" and ev.get("severity") == "error" and expr in by_expr:
+            if ev.kind != "threshold" or ev.severity != "error":
+                continue
+            expr = event_data(ev, ThresholdData).expr
+            if expr in by_expr:
                 return by_expr[expr]
         return None
+
+
+def _snapshot(line: dict[str, Any] | None) -> Snapshot | None:
+    """A snapshot line read leniently: another version's keys left out, a damaged value
+    dropped (it reads as its default), nothing read of another major version."""
+    if line is None:
+        return None
+    return lenient.read(Snapshot, line, on_wrong_type="drop", on_item_missing="drop").value
 
 
 def config_thresholds(config: Mapping[str, Any]) -> list[Threshold]:
@@ -112,8 +138,8 @@ def recovered_facts(
         gates_configured=list(config.get("gates") or []),
         before_blocked=before_blocked(gates, force, load),
         force_load=force,
-        telemetry=telemetry_from_journals(journals.events, journals.last_snapshot),
-        gpu_fault_events=gpu_fault_events(journals.events),
+        telemetry=telemetry_from_journals(journals.event_lines(), journals.snapshot_line()),
+        gpu_fault_events=gpu_fault_events(journals.event_lines()),
         thresholds=thresholds,
         threshold_live=journals.live_thresholds(),
         threshold_abort=journals.abort_threshold(thresholds),
@@ -155,11 +181,11 @@ def record_facts(
         before_blocked=before_blocked(gates, force, load),
         force_load=force,
         telemetry=(
-            telemetry_from_journals(journals.events, journals.last_snapshot)
+            telemetry_from_journals(journals.event_lines(), journals.snapshot_line())
             if recovered
             else as_json(rec.telemetry)
         ),
-        gpu_fault_events=gpu_fault_events(journals.events),
+        gpu_fault_events=gpu_fault_events(journals.event_lines()),
         reconciliation={} if recovered else as_json(rec.reconciliation),
         thresholds=thresholds,
         threshold_live=list(live.values()),

@@ -24,8 +24,10 @@ from soak.after.journal_facts import RunJournals, config_thresholds, recovered_f
 from soak.judge.limits import percentile_method
 from soak.judge.thresholds import Threshold, ThresholdError
 from soak.judge.verdict import judge
+from soak.record.events import Event
 from soak.record.faults import faults_from_events, load_start
 from soak.record.journal import read_jsonl, release_reserve, repair_tail, storage_words
+from soak.record.journal_lines import BarrierData, PhaseData, event_data
 from soak.record.models import (
     EXIT_STORAGE,
     EXIT_USAGE,
@@ -99,39 +101,41 @@ def _put_back(cut: dict[Path, bytes]) -> None:
 
 
 def _timing_from_events(
-    run_dir: Path, events: list[dict[str, Any]], config: dict[str, Any]
+    run_dir: Path, events: list[Event], config: dict[str, Any]
 ) -> tuple[LoadTiming | None, list[PhaseSpan]]:
     phases: list[PhaseSpan] = [PhaseSpan(name="identity", start_s=0.0)]
-    barrier: dict[str, Any] = {}
+    barrier: tuple[BarrierData, str | None] | None = None  # its data and wall time
     last_t = 0.0
     for ev in events:
-        last_t = max(last_t, ev.get("t", 0.0))
-        if ev.get("kind") == "phase":
-            phases[-1].end_s = ev["t"]
-            phases.append(PhaseSpan(name=ev["data"].get("phase", "?"), start_s=ev["t"]))
-        elif ev.get("kind") == "barrier":
-            barrier = ev.get("data", {}) | {"wall": ev.get("wall")}
+        last_t = max(last_t, ev.t)
+        if ev.kind == "phase":
+            phases[-1].end_s = ev.t
+            phases.append(PhaseSpan(name=event_data(ev, PhaseData).phase, start_s=ev.t))
+        elif ev.kind == "barrier":
+            barrier = event_data(ev, BarrierData), ev.wall or None
     last_end, journaled = 0.0, 0
-    for line in read_jsonl(run_dir / "requests.jsonl"):
+    for line in read_jsonl(run_dir / "requests.jsonl"):  # a RequestLine; read as a dict
         journaled += 1
         last_end = max(last_end, line.get("end_s") or line.get("sent_s") or 0.0)
     last_t = max(last_t, last_end)
     phases[-1].end_s = last_t
-    if not barrier:
+    if barrier is None:
         return None, phases
+    data, wall = barrier
     starts: dict[str, float] = {}
     for p in phases:  # the first time each phase began (a pause re-enters "load")
         starts.setdefault(p.name, p.start_s)
     issue_start = starts.get("load")
     issue_end = starts.get("drain", last_t if issue_start is not None else None)
     drain_end = starts.get("after_gates", starts.get("finalize", last_t))
+    requested = data.requested if data.requested is not None else config.get("concurrency", 0)
     return (
         LoadTiming(
-            requested_concurrency=int(barrier.get("requested", config.get("concurrency", 0))),
-            workers_started=int(barrier.get("workers_started", 0)),
+            requested_concurrency=int(requested),
+            workers_started=data.workers_started,
             barrier_released=issue_start is not None,
-            worker_start_failures=dict(barrier.get("failures", {})),
-            barrier_released_at=barrier.get("wall") if issue_start is not None else None,
+            worker_start_failures=dict(data.failures),
+            barrier_released_at=wall if issue_start is not None else None,
             issue_start_s=issue_start,
             issue_end_s=issue_end,
             drain_end_s=drain_end if issue_start is not None else None,
@@ -155,7 +159,8 @@ def _live_runner(run_dir: Path) -> int | None:
 
 def _in_flight_at_death(journals: RunJournals, journaled: int) -> int:
     """Requests issued (per the last snapshot) that never reached the journal."""
-    issued = int(((journals.last_snapshot or {}).get("load") or {}).get("issued", 0))
+    snap = journals.last_snapshot
+    issued = 0 if snap is None else snap.load.issued
     return max(0, issued - journaled)
 
 
@@ -219,7 +224,7 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
     )
     identity, damaged = _identity(run_dir)
     reasons = verdict.reasons + damaged
-    faults = faults_from_events(journals.events, load_start(load, matrix))
+    faults = faults_from_events(journals.event_lines(), load_start(load, matrix))
     record = RunRecord(
         run_id=run_dir.name,
         status=verdict.status,
@@ -303,8 +308,5 @@ def _write(run_dir: Path, record: RunRecord) -> None:
         ) from None
 
 
-def _first_wall(events: list[dict[str, Any]]) -> str | None:
-    for ev in events:
-        wall = ev.get("wall")
-        return str(wall) if wall is not None else None
-    return None
+def _first_wall(events: list[Event]) -> str | None:
+    return (events[0].wall or None) if events else None

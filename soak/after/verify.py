@@ -30,6 +30,7 @@ from soak.judge.verdict import judge, status_of
 from soak.record.faults import faults_from_events
 from soak.record.faults import load_start as faults_load_start
 from soak.record.journal import read_jsonl, sha256_file
+from soak.record.journal_lines import ProbeLine
 from soak.record.models import LoadSummary, Reason, RunRecord, exit_code_for
 from soak.record.run_dir import RunDirError, journal_problems, load_run_record
 from soak.record.summary import LoadTiming, summarize_load
@@ -114,7 +115,7 @@ def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
     _diff("gates", gates_json(rec.gates), gates_json(gates), problems)
     _check_evidence(run_dir, rec, problems)
     journals = RunJournals.read(run_dir)
-    faults = faults_from_events(journals.events, faults_load_start(again, rec.matrix))
+    faults = faults_from_events(journals.event_lines(), faults_load_start(again, rec.matrix))
     _diff("faults", {"faults": as_json(rec.faults)}, {"faults": faults}, problems)
     problems += coverage_problems(as_json(rec.telemetry))
     _check_verdict(rec, journals, again, gates, problems)
@@ -176,9 +177,13 @@ def _check_evidence(run_dir: Path, rec: RunRecord, problems: list[str]) -> None:
         if rel not in rec.files:
             problems.append(f"{rel} is in the run directory but the record holds no hash of it")
     for line in read_jsonl(run_dir / "probes.jsonl"):
-        ref = line.get("evidence")
+        try:
+            probe = ProbeLine.model_validate(line)
+        except ValueError:
+            continue  # gates_from_journal names the line
+        ref = probe.evidence
         if ref and not (run_dir / ref).exists():
-            problems.append(f"probe {line.get('request_id')} names {ref}, which is missing")
+            problems.append(f"probe {probe.request_id} names {ref}, which is missing")
 
 
 def _check_verdict(
@@ -198,7 +203,7 @@ def _check_verdict(
         thresholds, skip = [], skip | THRESHOLD_CODES
     if any(r.code == LEGACY_RECOVERED for r in rec.reasons):
         skip |= FAULT_CODES | {LEGACY_RECOVERED}  # recovered by an older soaktop
-    if not gpu_faults_judgeable(journals.events):
+    if not gpu_faults_judgeable(journals.event_lines()):
         skip.add("gpu_fault")  # events of an older soaktop: no verdict words to compare
     verdict = judge(record_facts(rec, journals, load=again, gates=gates, thresholds=thresholds))
     if not skip >= THRESHOLD_CODES:
