@@ -68,8 +68,10 @@ def schema_of(model: type[BaseModel]) -> dict[str, Any]:
     body = model.model_json_schema(schema_generator=WriterSchema)
     head = {
         "$schema": _DIALECT,
-        "$comment": f"schema_version {SCHEMA_VERSION}; generated from the models by "
-        "`python -m soak.record.schema --write` (do not edit by hand)",
+        # The journal lines carry no version of their own: they are the run directory's,
+        # whose version record.json and each snapshot line carry.
+        "$comment": f"run directory schema_version {SCHEMA_VERSION}; generated from the "
+        "models by `python -m soak.record.schema --write` (do not edit by hand)",
     }
     return head | body
 
