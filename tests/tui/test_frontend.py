@@ -169,16 +169,18 @@ def hang_up(app: App[Any], sig: signal.Signals = signal.SIGHUP) -> None:
     os.kill(os.getpid(), sig)
 
 
+async def ssh_drops(pilot: Pilot[Any]) -> None:
+    """The monitor's pilot when the SSH link drops: a real SIGHUP once the app runs."""
+    await pilot.pause()
+    hang_up(pilot.app)
+    await pilot.pause()
+
+
 def test_follow_hangup_detaches_with_129_like_headless(
     tmp_path: Path, headless: Callable[[AutoPilot], None]
 ) -> None:
     run = LiveRun(HEALTHY, tmp_path / "run")
     run.write_until(5)
-
-    async def ssh_drops(pilot: Pilot[Any]) -> None:
-        await pilot.pause()
-        hang_up(pilot.app)
-        await pilot.pause()
 
     headless(ssh_drops)
     out = io.StringIO()
@@ -213,11 +215,6 @@ def test_demo_hangup_waits_for_the_record_before_returning(
     run = LiveRun(POST_LOAD_500, tmp_path / "run")
     run.write_until(8)
 
-    async def ssh_drops(pilot: Pilot[Any]) -> None:
-        await pilot.pause()
-        hang_up(pilot.app)
-        await pilot.pause()
-
     headless(ssh_drops)
     out = io.StringIO()
     handle = FakeHandle(run.dir)
@@ -237,11 +234,6 @@ def test_demo_hangup_whose_runner_does_not_finish_in_time(
 ) -> None:
     run = LiveRun(HEALTHY, tmp_path / "run")
     run.write_until(5)
-
-    async def ssh_drops(pilot: Pilot[Any]) -> None:
-        await pilot.pause()
-        hang_up(pilot.app)
-        await pilot.pause()
 
     headless(ssh_drops)
     out = io.StringIO()
