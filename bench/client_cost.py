@@ -20,7 +20,13 @@ Method
   for both. µs/token = window CPU ÷ window tokens; µs/request = µs/token × output tokens
   (request set-up amortised in).
 
+- Sanity checks (``loadgen.sanity``): ``--sanity both`` runs soaktop's driver with the
+  per-response checks on and off, alternately, and prints both rows and their difference
+  (the server sends a varied 512-token vocabulary, so the repetition check does its real
+  work); ``on`` (the default, as the product runs) or ``off`` runs one.
+
 Usage:  .venv/bin/python bench/client_cost.py [--quick] [--concurrency 64,256] [--no-vllm]
+        [--sanity on|off|both]
 """
 
 from __future__ import annotations
@@ -34,67 +40,28 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
+from cost_figures import (
+    OUTPUT_LEN,
+    SAMPLE_S,
+    Result,
+    Spec,
+    analyse,
+    median_run,
+    print_notes,
+    print_table,
+    targets,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SOAKTOP_CACHE") or Path.home() / ".cache" / "soaktop")
 TOKENIZER_DIR = CACHE / "tiny-model-v1"
 """`vllm bench serve` needs a tokenizer: the tiny test model's (scripts/build_tiny_model.py)."""
-OUTPUT_LEN = 256
 INPUT_LEN = 32
-SAMPLE_S = 0.1
-TARGET_PACED_US = 25.0
-TARGET_UNPACED_US = 7.0
-TARGET_CONCURRENCY = 256
-
-
-@dataclass
-class Spec:
-    mode: str  # "paced" | "unpaced"
-    concurrency: int
-    interval_ms: float  # 0 when unpaced
-    num_requests: int
-
-    @property
-    def offered_tok_s(self) -> float | None:
-        return self.concurrency * 1000.0 / self.interval_ms if self.interval_ms else None
-
-
-@dataclass
-class Result:
-    spec: Spec
-    client: str  # "soaktop" | "vllm"
-    cmd: str
-    ok: int = 0
-    requests: int = 0
-    window_s: float = 0.0
-    window_tokens: int = 0
-    cpu_us_per_token: float = float("nan")
-    achieved_tok_s: float = float("nan")
-    ttft_p50_ms: float | None = None
-    client_cores: float = float("nan")
-    server_cores: float = float("nan")
-    other_cores: float = float("nan")
-    peak_rss_mb: float = float("nan")
-    wall_s: float = 0.0
-    error: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def cpu_us_per_request(self) -> float:
-        return self.cpu_us_per_token * OUTPUT_LEN
-
-    @property
-    def kept_up(self) -> bool | None:
-        offered = self.spec.offered_tok_s
-        if offered is None or self.achieved_tok_s != self.achieved_tok_s:
-            return None
-        return self.achieved_tok_s >= 0.95 * offered
 
 
 # ---------------------------------------------------------------------------- processes
@@ -187,54 +154,19 @@ def sample_run(
     return rc, np.asarray(rows, dtype=np.float64), time.perf_counter() - t_start
 
 
-def analyse(res: Result, samples: np.ndarray, token_times_s: np.ndarray) -> None:
-    """Fill the window figures from the client's token arrival times and the samples."""
-    res.peak_rss_mb = float(samples[:, 2].max()) / 2**20 if len(samples) else float("nan")
-    n = token_times_s.size
-    if n < 100 or len(samples) < 3:
-        res.error = res.error or f"too little data ({n} tokens, {len(samples)} samples)"
-        return
-    tok = np.sort(token_times_s)
-    lo, hi = tok[int(0.10 * n)], tok[int(0.90 * n) - 1]
-    t, cpu, srv, busy, me = (samples[:, i] for i in (0, 1, 3, 4, 5))
-    if hi - lo < 3 * SAMPLE_S or lo < t[0] or hi > t[-1]:
-        res.notes.append("window shorter than the sampling can resolve")
-    res.window_s = float(hi - lo)
-    res.window_tokens = int(np.searchsorted(tok, hi, "right") - np.searchsorted(tok, lo, "left"))
-    d_cpu = float(np.interp(hi, t, cpu) - np.interp(lo, t, cpu))
-    d_srv = float(np.interp(hi, t, srv) - np.interp(lo, t, srv))
-    res.cpu_us_per_token = d_cpu / res.window_tokens * 1e6
-    res.achieved_tok_s = res.window_tokens / res.window_s
-    res.client_cores = d_cpu / res.window_s
-    res.server_cores = d_srv / res.window_s
-    d_busy = float(np.interp(hi, t, busy) - np.interp(lo, t, busy))
-    d_me = float(np.interp(hi, t, me) - np.interp(lo, t, me))  # this bench's sampling
-    res.other_cores = max(0.0, (d_busy - d_cpu - d_srv - d_me) / res.window_s)
-    if res.other_cores > 0.25:
-        res.notes.append(
-            f"other processes used {res.other_cores:.2f} cores during the window: noisy figure"
-        )
-
-
 # ---------------------------------------------------------------------------- clients
 
 
-def median_run(runs: list[Result]) -> Result:
-    """The run with the median µs/token (noting the spread) — machines here are shared."""
-    good = sorted((r for r in runs if not r.error), key=lambda r: r.cpu_us_per_token)
-    if not good:
-        return runs[0]
-    mid = good[(len(good) - 1) // 2]
-    if len(runs) > 1:
-        spread = ", ".join(f"{r.cpu_us_per_token:.1f}" for r in good)
-        mid.notes.append(f"median of {len(runs)} runs (µs/token: {spread})")
-    return mid
-
-
 def run_soaktop(
-    spec: Spec, server: FastServer, work: Path, attempt: int = 0, asyncio_loop: bool = False
+    spec: Spec,
+    server: FastServer,
+    work: Path,
+    attempt: int = 0,
+    asyncio_loop: bool = False,
+    sanity: bool = True,
 ) -> Result:
-    out = work / f"soaktop-{spec.mode}-{spec.concurrency}-{attempt}"
+    on = "on" if sanity else "off"
+    out = work / f"soaktop-{spec.mode}-{spec.concurrency}-{on}-{attempt}"
     out.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,
@@ -256,7 +188,9 @@ def run_soaktop(
     ]
     if asyncio_loop:
         cmd.append("--asyncio-loop")
-    res = Result(spec, "soaktop", shlex.join(cmd))
+    if not sanity:
+        cmd.append("--no-sanity")
+    res = Result(spec, "soaktop", shlex.join(cmd), sanity=sanity)
     rc, samples, res.wall_s = sample_run(cmd, dict(os.environ), server, out / "log.txt", 600)
     if rc != 0 or not (out / "summary.json").exists():
         res.error = f"driver exit {rc}: {tail(out / 'log.txt')}"
@@ -266,6 +200,8 @@ def run_soaktop(
     res.ttft_p50_ms = summary["median_ttft_ms"]
     if summary["failures"]:
         res.notes.append(f"failures: {summary['failures']}")
+    if summary.get("sanity_flagged"):
+        res.notes.append(f"{summary['sanity_flagged']} responses sanity-flagged")
     times = np.fromfile(out / "token_times_ns.i64", dtype=np.int64).astype(np.float64) / 1e9
     analyse(res, samples, times)
     return res
@@ -391,104 +327,7 @@ def measure_runner_rss(concurrency: int = 1024, **options: Any) -> int:
 # ---------------------------------------------------------------------------- report
 
 
-def fmt(x: float | None, spec: str = ".1f") -> str:
-    if x is None or x != x:
-        return "—"
-    return format(x, spec)
-
-
-def print_table(results: list[Result]) -> None:
-    head = (
-        f"{'pacing':<14} {'conc':>5} {'client':<8} {'µs/tok':>7} {'µs/req':>8} "
-        f"{'achieved':>9} {'offered':>8} {'kept up':>7} {'TTFT p50':>9} "
-        f"{'cli cores':>9} {'srv cores':>9} {'peak RSS':>9} {'ok/req':>11}"
-    )
-    print(head)
-    print("-" * len(head))
-    for r in results:
-        s = r.spec
-        pacing = f"paced {s.interval_ms:g} ms" if s.mode == "paced" else "unpaced"
-        if r.error:
-            print(f"{pacing:<14} {s.concurrency:>5} {r.client:<8} ERROR: {r.error}")
-            continue
-        kept = {True: "yes", False: "NO", None: "—"}[r.kept_up]
-        offered = fmt(s.offered_tok_s, ".0f")
-        print(
-            f"{pacing:<14} {s.concurrency:>5} {r.client:<8} {fmt(r.cpu_us_per_token):>7} "
-            f"{fmt(r.cpu_us_per_request, '.0f'):>8} {fmt(r.achieved_tok_s, '.0f'):>9} "
-            f"{offered:>8} {kept:>7} {fmt(r.ttft_p50_ms):>6} ms "
-            f"{fmt(r.client_cores, '.2f'):>9} {fmt(r.server_cores, '.2f'):>9} "
-            f"{fmt(r.peak_rss_mb, '.0f'):>6} MB {r.ok:>5}/{r.requests:<5}"
-        )
-        for note in r.notes:
-            print(f"{'':<14} {'':>5} {'':<8} note: {note}")
-
-
-def saturation_notes(results: list[Result]) -> list[str]:
-    notes = []
-    for r in results:
-        if r.error:
-            continue
-        s = r.spec
-        where = f"{s.mode} {s.concurrency} ({r.client})"
-        total = r.client_cores + r.server_cores
-        if r.server_cores >= 0.9:
-            notes.append(f"{where}: SERVER saturated ({r.server_cores:.2f} cores)")
-        if r.client_cores >= 0.9:
-            notes.append(
-                f"{where}: CLIENT saturated ({r.client_cores:.2f} cores of its 1) — its "
-                "TTFT/ITL include its own queueing"
-            )
-        if total >= 1.8 and psutil.cpu_count() == 2:
-            notes.append(f"{where}: the 2-core machine is saturated ({total:.2f} cores)")
-        if r.kept_up is False:
-            notes.append(
-                f"{where}: achieved {r.achieved_tok_s:.0f} of {s.offered_tok_s:.0f} tok/s "
-                "offered — the client or the server fell behind (see cores)"
-            )
-    return notes
-
-
-def targets(results: list[Result]) -> list[str]:
-    lines = []
-    ours = {(r.spec.mode, r.spec.concurrency): r for r in results if r.client == "soaktop"}
-    for mode, limit in (("paced", TARGET_PACED_US), ("unpaced", TARGET_UNPACED_US)):
-        r = ours.get((mode, TARGET_CONCURRENCY))
-        if r is None:
-            lines.append(f"{mode} {TARGET_CONCURRENCY} streams ≤ {limit:g} µs/token: NOT RUN")
-            continue
-        if r.error:
-            lines.append(f"{mode} {TARGET_CONCURRENCY} ≤ {limit:g} µs/token: MISS (run failed)")
-            continue
-        ok = r.cpu_us_per_token <= limit and r.kept_up is not False and r.ok == r.requests
-        verdict = "PASS" if ok else "MISS"
-        extra = "" if r.kept_up is not False else ", did not keep up"
-        lines.append(
-            f"{verdict}: {mode} at {TARGET_CONCURRENCY} streams: {r.cpu_us_per_token:.1f} "
-            f"µs CPU/token (target ≤ {limit:g}){extra}"
-        )
-    theirs = {(r.spec.mode, r.spec.concurrency): r for r in results if r.client == "vllm"}
-    for key, r in sorted(ours.items()):
-        v = theirs.get(key)
-        if v is not None and not r.error and not v.error:
-            lines.append(
-                f"  (vs vllm bench serve, same run) {key[0]} {key[1]}: "
-                f"{r.cpu_us_per_token:.1f} vs {v.cpu_us_per_token:.1f} µs/token "
-                f"({r.cpu_us_per_token / v.cpu_us_per_token:.2f}×)"
-            )
-    for (mode, conc), r in sorted(ours.items()):
-        limit = TARGET_PACED_US if mode == "paced" else TARGET_UNPACED_US
-        if conc == TARGET_CONCURRENCY or r.error:
-            continue
-        mark = "ok" if r.cpu_us_per_token <= limit else "over"
-        lines.append(
-            f"  (info) {mode} at {conc}: {r.cpu_us_per_token:.1f} µs/token "
-            f"({mark} vs the {limit:g} µs target)"
-        )
-    return lines
-
-
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--concurrency", default="64,256,1024", help="comma-separated")
     ap.add_argument("--modes", default="paced,unpaced")
@@ -509,6 +348,13 @@ def main() -> None:
         "(the runner's default when uvloop is installed)",
     )
     ap.add_argument(
+        "--sanity",
+        choices=["on", "off", "both"],
+        default="on",
+        help="soaktop's per-response sanity checks: on (as the product runs), off, or both "
+        "(alternate runs, both rows and their difference)",
+    )
+    ap.add_argument(
         "--runner-rss",
         action="store_true",
         help="measure the full soaktop runner's RSS at 1,024 streams instead "
@@ -523,61 +369,87 @@ def main() -> None:
         "machine is shared, single runs scatter by ±15%%",
     )
     args = ap.parse_args()
-    if args.runner_rss:
-        try:
-            sys.exit(measure_runner_rss(1024))
-        except NotImplementedError as exc:
-            sys.exit(f"--runner-rss: {exc} (hook: bench/client_cost.py measure_runner_rss)")
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
-    concs = [int(c) for c in args.concurrency.split(",") if c]
-    modes = [m for m in args.modes.split(",") if m]
-    t_begin = time.time()
+    return args
 
+
+def print_header(args: argparse.Namespace) -> Path | None:
+    """The machine, and the vLLM venv (built when the comparison runs)."""
     print("=" * 100)
     print("soaktop client-cost bench —", time.strftime("%Y-%m-%d %H:%M:%S"), f"— {os.uname()[1]}")
     print(
         f"machine: {psutil.cpu_count()} cores (client and server share them), "
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB; python {sys.version.split()[0]}"
     )
-    venv: Path | None = None
     if args.no_vllm:
         print("!" * 100)
         print("!!! --no-vllm: the `vllm bench serve` comparison was SKIPPED — soaktop figures only")
         print("!" * 100)
-    else:
-        t = time.time()
-        venv = vllm_venv()
-        ensure_tokenizer(venv)
-        print(f"vLLM venv: {venv} (ready in {time.time() - t:.0f} s); tokenizer: {TOKENIZER_DIR}")
+        return None
+    t = time.time()
+    venv = vllm_venv()
+    ensure_tokenizer(venv)
+    print(f"vLLM venv: {venv} (ready in {time.time() - t:.0f} s); tokenizer: {TOKENIZER_DIR}")
+    return venv
 
+
+def spec_for(args: argparse.Namespace, mode: str, conc: int) -> Spec:
+    if mode == "paced":
+        interval = args.interval_ms_1024 if conc >= 1024 else args.interval_ms
+        rounds = 1 if args.quick or conc >= 1024 else 2
+        return Spec(mode, conc, interval, conc * rounds)
+    per = 2 if args.quick else 4
+    return Spec(mode, conc, 0.0, max(conc * per, 512 if args.quick else 1024))
+
+
+def run_cell(
+    args: argparse.Namespace, spec: Spec, work: Path, venv: Path | None, servers: list[str]
+) -> list[Result]:
+    """One (pacing, concurrency) cell: soaktop (per sanity setting, alternating runs,
+    the median of each) and, unless skipped, vllm bench serve — on one fresh server."""
+    settings = {"on": [True], "off": [False], "both": [True, False]}[args.sanity]
+    server = FastServer(spec.interval_ms)
+    servers.append(shlex.join(server.cmd))
+    out: list[Result] = []
+    try:
+        print(
+            f"... {spec.mode} {spec.concurrency} streams, {spec.num_requests} requests", flush=True
+        )
+        runs: dict[bool, list[Result]] = {on: [] for on in settings}
+        for i in range(args.repeat):
+            for on in settings:
+                runs[on].append(run_soaktop(spec, server, work, i, args.driver_asyncio_loop, on))
+        for on in settings:
+            res = median_run(runs[on])
+            if args.sanity != "both":
+                res.sanity = None  # one setting: the plain "soaktop" row
+                res.notes.append(f"sanity checks {'on' if on else 'OFF'}")
+            out.append(res)
+        if venv is not None:
+            out.append(run_vllm(spec, server, work, venv))
+    finally:
+        server.stop()
+    return out
+
+
+def main() -> None:
+    args = parse_args()
+    if args.runner_rss:
+        try:
+            sys.exit(measure_runner_rss(1024))
+        except NotImplementedError as exc:
+            sys.exit(f"--runner-rss: {exc} (hook: bench/client_cost.py measure_runner_rss)")
+    if args.interval_ms_1024 is None:
+        args.interval_ms_1024 = args.interval_ms
+    t_begin = time.time()
+    venv = print_header(args)
     work = Path(tempfile.mkdtemp(prefix="soaktop-bench-"))
     results: list[Result] = []
     servers: list[str] = []
-    interval_1024 = args.interval_ms_1024 if args.interval_ms_1024 is not None else args.interval_ms
-    for mode in modes:
-        for conc in concs:
-            if mode == "paced":
-                interval = interval_1024 if conc >= 1024 else args.interval_ms
-                rounds = 1 if args.quick or conc >= 1024 else 2
-                spec = Spec(mode, conc, interval, conc * rounds)
-            else:
-                per = 2 if args.quick else 4
-                spec = Spec(mode, conc, 0.0, max(conc * per, 512 if args.quick else 1024))
-            server = FastServer(spec.interval_ms)
-            servers.append(shlex.join(server.cmd))
-            try:
-                print(f"... {mode} {conc} streams, {spec.num_requests} requests", flush=True)
-                runs = [
-                    run_soaktop(spec, server, work, i, args.driver_asyncio_loop)
-                    for i in range(args.repeat)
-                ]
-                results.append(median_run(runs))
-                if venv is not None:
-                    results.append(run_vllm(spec, server, work, venv))
-            finally:
-                server.stop()
-
+    for mode in (m for m in args.modes.split(",") if m):
+        for conc in (int(c) for c in args.concurrency.split(",") if c):
+            results += run_cell(args, spec_for(args, mode, conc), work, venv, servers)
     print()
     print(
         f"Client CPU per streamed token and per request ({OUTPUT_LEN} output tokens), "
@@ -585,25 +457,7 @@ def main() -> None:
     )
     print_table(results)
     print()
-    print("µs/req = µs/token × 256 (request set-up amortised in). achieved/offered in tok/s;")
-    print("kept up = achieved ≥ 95% of offered. cores: CPU-seconds per second in the window")
-    print("(client = its process tree; one asyncio process saturates at ~1.0).")
-    paced_1024 = any(r.spec.mode == "paced" and r.spec.concurrency >= 1024 for r in results)
-    if paced_1024 and interval_1024 != args.interval_ms:
-        print(
-            f"NOTE: paced at ≥1024 streams was SCALED to {interval_1024:g} ms per token "
-            f"({1024 * 1000 / interval_1024:.0f} tok/s offered), not {args.interval_ms:g} ms."
-        )
-    elif paced_1024:
-        print(
-            f"NOTE: paced 1024 × {interval_1024:g} ms = {1024 * 1000 / interval_1024:.0f} tok/s "
-            "offered: on 2 shared cores one client process saturates near there (see "
-            "'saturation'); --interval-ms-1024 50 gives an unsaturated 20k tok/s comparison."
-        )
-    if args.no_vllm:
-        print("NOTE: vllm bench serve comparison SKIPPED (--no-vllm).")
-    for line in saturation_notes(results):
-        print("saturation:", line)
+    print_notes(args, results)
     print()
     print("Targets (soaktop StreamClient, CLIENT_COST.md):")
     for line in targets(results):
@@ -614,7 +468,7 @@ def main() -> None:
     for cmd in dict.fromkeys(servers):
         print("  server: " + cmd.replace(str(REPO) + "/", ""))
     for r in results:
-        print(f"  {r.client} ({r.spec.mode} {r.spec.concurrency}): {r.cmd}")
+        print(f"  {r.label} ({r.spec.mode} {r.spec.concurrency}): {r.cmd}")
     print(f"total bench time: {time.time() - t_begin:.0f} s")
     if args.keep:
         print(f"raw outputs kept in {work}")

@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import sys
 import time
@@ -35,10 +36,16 @@ from typing import Any
 import orjson
 
 MODEL = "tiny"
-WORDS = [
-    " the", " quick", " brown", " fox", " jumps", " over", " lazy", " dog", ",", " and",
-    " then", " it", " runs", " away", ".", "\\n",
-]  # fmt: skip
+_SYLLABLES = ("ka", "lo", "mi", "ne", "tor", "vas", "qui", "del", "ur", "sen", "pha", "zo")
+_PIECES = [" " + a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in ("", "s", "n", "r")]
+WORDS = [*_PIECES[:509], ",", ".", "\\n"]
+"""512 text tokens (as JSON string bodies), so that a client's sanity checks see varied
+text, as from a real model, and do their real work (a short cycle would be flagged)."""
+SEQUENCE_LEN = 4096
+_RNG = random.Random(7)
+SEQUENCE = [_RNG.randrange(len(WORDS)) for _ in range(SEQUENCE_LEN)]
+"""The order tokens are sent in: one fixed pseudo-random walk, each stream starting at its
+own offset (the hot path only indexes lists)."""
 
 
 def _frame(payload: bytes) -> bytes:
@@ -134,13 +141,16 @@ class Stats:
 class Stream:
     """One in-flight paced response."""
 
-    __slots__ = ("conn", "enc", "i", "n", "prompt_tokens", "usage")
+    __slots__ = ("at", "conn", "enc", "i", "n", "prompt_tokens", "usage")
 
-    def __init__(self, conn: Conn, enc: Encoded, n: int, usage: bool, prompt_tokens: int):
+    def __init__(
+        self, conn: Conn, enc: Encoded, n: int, usage: bool, prompt_tokens: int, at: int
+    ) -> None:
         self.conn = conn
         self.enc = enc
         self.n = n
         self.i = 0
+        self.at = at  # where in SEQUENCE this stream's text starts
         self.usage = usage
         self.prompt_tokens = prompt_tokens
 
@@ -177,11 +187,11 @@ class Server:
                 enc = s.enc
                 w = s.conn.write
                 if i + 1 < s.n:
-                    w(enc.tokens[i & 15])
+                    w(enc.tokens[SEQUENCE[(s.at + i) & 4095]])
                     s.i = i + 1
                     keep.append(s)
                 else:
-                    w(enc.last[i & 15])
+                    w(enc.last[SEQUENCE[(s.at + i) & 4095]])
                     if s.usage:
                         w(enc.usage(s.prompt_tokens, s.n))
                     w(enc.done)
@@ -198,14 +208,15 @@ class Server:
             conn.write(enc.role)
         if self.interval_s > 0:
             stats.active += 1
-            self.active.append(Stream(conn, enc, n, usage, pt))
+            self.active.append(Stream(conn, enc, n, usage, pt, stats.started * 257))
             return
         # Unpaced: everything now, one write per event.
         w = conn.write
         toks = enc.tokens
-        for i in range(n - 1):
-            w(toks[i & 15])
-        w(enc.last[(n - 1) & 15])
+        at = stats.started * 257
+        for i in range(at, at + n - 1):
+            w(toks[SEQUENCE[i & 4095]])
+        w(enc.last[SEQUENCE[(at + n - 1) & 4095]])
         if usage:
             w(enc.usage(pt, n))
         w(enc.done)
@@ -295,7 +306,7 @@ class Conn(asyncio.Protocol):
         prompt = req.get("prompt") if not chat else req.get("messages")
         pt = max(1, len(orjson.dumps(prompt)) // 4)
         if not req.get("stream"):
-            text = "".join(WORDS[i & 15] for i in range(n))
+            text = "".join(orjson.loads(f'"{WORDS[SEQUENCE[i & 4095]]}"') for i in range(n))
             choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text}

@@ -52,7 +52,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     issued = 0
     failures: collections.Counter[str] = collections.Counter()
 
-    async with StreamClient(max_connections=args.concurrency) as client:
+    async with StreamClient(
+        max_connections=args.concurrency, sanity_checks=not args.no_sanity, ignore_eos=True
+    ) as client:
         await client.warm_connection(base + "/v1/models")
 
         async def worker(w: int) -> None:
@@ -93,6 +95,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "chunks": len(times),
         "output_tokens": out_tokens,
         "usage_missing": sum(1 for r in ok if r.output_tokens is None),
+        "sanity_flagged": sum(1 for r in ok if r.sanity),
         "duration_s": (t1 - t0) / 1e9,
         "output_throughput": out_tokens / ((t1 - t0) / 1e9) if t1 > t0 else 0.0,
         "median_ttft_ms": ttfts[len(ttfts) // 2] if ttfts else None,
@@ -114,6 +117,9 @@ def main() -> None:
         "--asyncio-loop",
         action="store_true",
         help="force asyncio's own loop (the runner uses uvloop when installed)",
+    )
+    ap.add_argument(
+        "--no-sanity", action="store_true", help="turn the per-response sanity checks off"
     )
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,9 @@ any stream silent for longer than ``read_timeout_s`` (detected within
 ``stream``/``stream_into`` never raise except ``asyncio.CancelledError`` (the runner cancels
 at its drain deadline): every other outcome is a ``FailureClass`` on the result. A stream
 that reached ``[DONE]`` is judged once at its end (``loadgen.outcome``): impossible usage
-and an empty stream are failures, never successes.
+and an empty stream are failures, never successes. A completed one is checked for sanity
+(``loadgen.sanity``: empty, runaway whitespace, repetition, an unasked finish reason) from
+the visible text the parser kept, bounded; the flags go on ``RequestResult.sanity``.
 
 Stale pooled connections. A server without keep-alive that does not say so (no
 ``Connection: close``), or one whose keep-alive timeout ran out while the connection sat
@@ -53,6 +55,7 @@ import aiohttp
 from loadgen.client_errors import client_side, message_from_body, stale_connection, trunc
 from loadgen.envelope import FailureClass, RequestResult
 from loadgen.outcome import is_empty_stream, usage_problem
+from loadgen.sanity import check
 from loadgen.sse import SSEParser
 
 __all__ = ["StreamClient"]
@@ -101,12 +104,18 @@ class StreamClient:
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 300.0,
         headers: Mapping[str, str] | None = None,
+        sanity_checks: bool = True,
+        ignore_eos: bool = False,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
         self.max_connections = max_connections
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
+        self.sanity_checks = sanity_checks
+        """Check every completed response (:mod:`loadgen.sanity`): ``RequestResult.sanity``."""
+        self.ignore_eos = ignore_eos
+        """The requests send ``ignore_eos``: an early ``length`` is then no sanity flag."""
         self._headers = dict(headers or {})
         # Values never to appear in a failure detail: each header value, and its parts
         # ("Bearer sk-…" → also "sk-…"), longest first.
@@ -271,7 +280,7 @@ class StreamClient:
                             await self._read_error(resp, result)
                             return result
                         watch = self._watch(resp, now)
-                        parser = SSEParser()
+                        parser = SSEParser(self.sanity_checks)
                         # The read loop, inline: every await level costs each read a resume.
                         feed = parser.feed
                         readany = resp.content.readany
@@ -358,6 +367,8 @@ class StreamClient:
                     f"({parser.events} events, finish_reason {r.finish_reason!r}, "
                     f"usage.completion_tokens {r.output_tokens!r})"
                 )
+            elif self.sanity_checks:
+                r.sanity = self._sanity(r, parser)
             return True
         if parser.failure is not None:
             r.failure = parser.failure
@@ -375,6 +386,18 @@ class StreamClient:
                 f"stream ended before [DONE] after {parser.events} events, {r.chunks} token chunks"
             )
         return False
+
+    def _sanity(self, r: RequestResult, parser: SSEParser) -> tuple[str, ...]:
+        """The sanity flags of a completed stream (once, at its end)."""
+        text = parser.text
+        facts = text.facts() if text is not None and parser.content_seen else None
+        return check(
+            facts,
+            finish_reason=r.finish_reason,
+            output_tokens=r.output_tokens if r.output_tokens is not None else r.chunks,
+            max_tokens=r.max_tokens,
+            ignore_eos=self.ignore_eos,
+        )
 
     @staticmethod
     async def _drain(resp: aiohttp.ClientResponse) -> None:

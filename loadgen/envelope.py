@@ -109,6 +109,10 @@ class RequestResult:
     """Sent a second time, on a fresh connection: the first send went out on a pooled
     connection the server had already closed, and failed before any response byte (see
     ``loadgen.client``). The timings are the second send's."""
+    sanity: tuple[str, ...] = ()
+    """The sanity flags of a completed response (``loadgen.sanity.SanityFlag`` values;
+    empty: nothing wrong, or the checks were off). Set at the stream's end, for ``ok``
+    results only."""
 
     @property
     def ok(self) -> bool:

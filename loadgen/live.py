@@ -8,9 +8,16 @@ cumulative histogram per latency. Exact per-request values live in the journal.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from loadgen.envelope import RequestResult
 from loadgen.stats import LatencyStats, LogHistogram
@@ -23,6 +30,10 @@ class ThroughputView(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset({"sanity_by_flag", "sanity_flagged"})
+    """Keys a snapshot older than the sanity checks lacks: dumped only when given (every
+    view made here gives them), so an older snapshot is written back as it was."""
+
     span_s: float
     completed: int
     failed: int
@@ -34,10 +45,30 @@ class ThroughputView(BaseModel):
     itl_s: LatencyStats
     tpot_s: LatencyStats
     failures_by_class: dict[str, int] = Field(default_factory=dict)
+    sanity_by_flag: dict[str, int] = Field(default_factory=dict)
+    """Completed responses per sanity flag (``loadgen.sanity``); one may have several."""
+    sanity_flagged: int = 0
+    """Completed responses with at least one sanity flag."""
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for name in self.absent_unless_set - self.model_fields_set:
+            out.pop(name, None)
+        return out
 
 
 class _Slot:
-    __slots__ = ("completed", "failed", "failures", "hists", "output_tokens", "second")
+    __slots__ = (
+        "completed",
+        "failed",
+        "failures",
+        "flagged",
+        "hists",
+        "output_tokens",
+        "sanity",
+        "second",
+    )
 
     def __init__(self) -> None:
         self.second = -1
@@ -45,12 +76,15 @@ class _Slot:
         self.failed = 0
         self.output_tokens = 0
         self.failures: Counter[str] = Counter()
+        self.sanity: Counter[str] = Counter()
+        self.flagged = 0
         self.hists = {k: LogHistogram() for k in LATENCIES}
 
     def reset(self, second: int) -> None:
         self.second = second
-        self.completed = self.failed = self.output_tokens = 0
+        self.completed = self.failed = self.output_tokens = self.flagged = 0
         self.failures.clear()
+        self.sanity.clear()
         for h in self.hists.values():
             h.counts[:] = 0
             h.n = 0
@@ -83,6 +117,9 @@ class LiveLoadStats:
             if r.ok:
                 slot.completed += 1
                 slot.output_tokens += r.output_tokens or 0
+                if r.sanity:
+                    slot.flagged += 1
+                    slot.sanity.update(r.sanity)
             else:
                 slot.failed += 1
                 slot.failures[str(r.failure)] += 1
@@ -137,6 +174,8 @@ def _merge(into: _Slot, slot: _Slot) -> None:
     into.failed += slot.failed
     into.output_tokens += slot.output_tokens
     into.failures.update(slot.failures)
+    into.flagged += slot.flagged
+    into.sanity.update(slot.sanity)
     for k in LATENCIES:
         into.hists[k].merge(slot.hists[k])
 
@@ -155,4 +194,37 @@ def _view(slot: _Slot, span_s: float) -> ThroughputView:
         itl_s=slot.hists["itl"].stats(),
         tpot_s=slot.hists["tpot"].stats(),
         failures_by_class=dict(slot.failures),
+        sanity_by_flag=dict(slot.sanity),
+        sanity_flagged=slot.flagged,
     )
+
+
+class SecondsFold:
+    """Whole seconds of the live ring merged into one span as they finish: a soak window
+    (``soak.run.window_tick``), at no cost on the request path.
+
+    Fold each second once it is complete and before the ring reuses its slot (the ring
+    holds ``window_s + 1`` seconds; the snapshot tick folds every second).
+    """
+
+    def __init__(self, live: LiveLoadStats) -> None:
+        self._live = live
+        self._acc = _Slot()
+        self.lost = 0
+        """Seconds the ring had reused before they were folded (a tick that came late)."""
+
+    def add(self, second: int) -> None:
+        """Merge whole second ``second`` (seconds since the run's origin) into the span."""
+        ring = self._live._ring
+        slot = ring[second % len(ring)]
+        if slot.second == second:
+            _merge(self._acc, slot)
+        elif slot.second > second:
+            self.lost += 1  # a second without requests leaves an older slot: not lost
+
+    def take(self, span_s: float) -> tuple[ThroughputView, int]:
+        """The span folded so far over ``span_s`` seconds and its lost seconds; restart."""
+        view, lost = _view(self._acc, span_s), self.lost
+        self._acc = _Slot()
+        self.lost = 0
+        return view, lost

@@ -39,6 +39,7 @@ from typing import Any, Final
 import orjson
 
 from loadgen.envelope import FailureClass
+from loadgen.sanity import COLLECT_MAX_BYTES, VisibleText, value_unit
 
 __all__ = ["MAX_EVENT_BYTES", "NO_TOKEN", "REASONING", "VISIBLE", "SSEParser", "error_message"]
 
@@ -141,6 +142,7 @@ class SSEParser:
         "_buf",
         "_cr",
         "_head",
+        "_raw",
         "_tpl_kind",
         "_tpl_p",
         "_tpl_t",
@@ -155,10 +157,11 @@ class SSEParser:
         "finish_reason",
         "prompt_tokens",
         "stopped",
+        "text",
         "usage",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, collect: bool = False) -> None:
         self._buf = b""
         self._cr = False  # the previous read ended with "\r" (a "\r\n" may be split)
         self._head: bytes | None = None  # first bytes of the body, for a non-SSE detail
@@ -184,6 +187,10 @@ class SSEParser:
         self.completion_tokens: int | None = None
         self.usage: object = None
         """The last non-null ``usage`` value as sent (judged once, at the stream's end)."""
+        self.text: VisibleText | None = VisibleText() if collect else None
+        """The visible text, bounded, for the sanity checks (``collect``; see
+        :mod:`loadgen.sanity`)."""
+        self._raw = self.text.raw if self.text is not None else None
 
     # ------------------------------------------------------------------ feeding
 
@@ -202,7 +209,16 @@ class SSEParser:
                     self.events += 1
                     if self._tpl_kind == VISIBLE:
                         self.content_seen = True
+                        raw = self._raw
+                        if raw is not None:  # the value and its closing quote
+                            raw += data[a : e + 1]
+                            if len(raw) > COLLECT_MAX_BYTES:
+                                self._spill()
                     return 1
+        return self._scan(data, tpl_p)
+
+    def _scan(self, data: bytes, tpl_p: bytes | None) -> int:
+        """Any other read: events split across reads, several per read, any framing."""
         if self._head is None:
             self._head = data[:BYTES_MAX]
         if self._cr:  # "\r" | "\n" split across reads: the "\n" was already a line end
@@ -231,6 +247,11 @@ class SSEParser:
                     tokens += 1
                     if self._tpl_kind == VISIBLE:
                         self.content_seen = True
+                        raw = self._raw
+                        if raw is not None:  # the value and its closing quote
+                            raw += buf[a : e + 1]
+                            if len(raw) > COLLECT_MAX_BYTES:
+                                self._spill()
                     start = e + len(tpl_t)
                     continue
             nl = find(b"\n", start)
@@ -370,9 +391,44 @@ class SSEParser:
                     if j > v and find(b"\\", v, j) < 0:
                         self._value_at = v
                         self._value_end = j
+                        if kind == VISIBLE and self._raw is not None:
+                            self._keep(buf[v : j + 1])
+                    elif kind == VISIBLE and self._raw is not None:
+                        self._keep_escaped(buf, v, j, pe)
                     return kind
                 i = find(pat, v, pe)  # "" (role chunk) — another choice may differ
         return NO_TOKEN
+
+    # ------------------------------------------------------------------ visible text
+
+    def _keep(self, unit: bytes) -> None:
+        """Collect one unit (a value's raw bytes and a closing quote), bounded."""
+        raw = self._raw
+        if raw is not None:
+            raw += unit
+            if len(raw) > COLLECT_MAX_BYTES:
+                self._spill()
+
+    def _keep_escaped(self, buf: bytes, v: int, j: int, pe: int) -> None:
+        """Collect the value at ``buf[v:]`` that holds escapes: its end is the first quote
+        after ``v`` not escaped (an odd run of backslashes before it escapes it)."""
+        while j >= 0:
+            k = j
+            while buf[k - 1] == _BACKSLASH:
+                k -= 1
+            if (j - k) % 2 == 0:
+                self._keep(value_unit(buf[v:j]))
+                return
+            j = buf.find(b'"', j + 1, pe)
+
+    def _keep_str(self, value: object) -> None:
+        """Collect a decoded value (the slow path) as its JSON string body."""
+        if self._raw is not None and isinstance(value, str) and value:
+            self._keep(value_unit(orjson.dumps(value)[1:-1]))
+
+    def _spill(self) -> None:
+        if self.text is not None:
+            self.text.spill()
 
     def _slow(self, buf: bytes, ps: int, pe: int) -> int:
         """Decode the payload with orjson and classify it fully."""
@@ -405,10 +461,14 @@ class SSEParser:
                     self.finish_reason = str(fr)
                 if ch.get("text"):
                     kind = VISIBLE
+                    self._keep_str(ch["text"])
                 delta = ch.get("delta")
                 if isinstance(delta, dict):
                     if delta.get("content") or delta.get("tool_calls"):
                         kind = VISIBLE
+                        self._keep_str(delta.get("content"))
+                        if delta.get("tool_calls") and self.text is not None:
+                            self.text.tool_calls = True
                     elif kind == NO_TOKEN and (
                         delta.get("reasoning") or delta.get("reasoning_content")
                     ):
