@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("parallel-tool-call-probability", float),
         ("seed", int),
         ("scenario-at", float),
+        ("scenario-speed", float),
         ("log-interval-s", float),
         ("death-health-s", float),
         ("version-string", str),
@@ -74,9 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
         field = d[name.replace("-", "_")]
         a(f"--{name}", type=typ, default=None,
           help=f"{(field.description or '').strip()} (default: {field.default})")  # fmt: skip
+    # argparse %-formats help texts: a note's "0.4 %/s" must reach it as "%%".
     notes = "; ".join(f"{name}: {text}" for name, text in SCENARIO_NOTES.items())
+    notes = notes.replace("%", "%%")
     a("--scenario", choices=SCENARIOS, default="healthy",
       help=f"named fault scenario ({notes})")  # fmt: skip
+    a("--noise", action="store_true", default=None,
+      help="realistic noise from the first load request: lognormal jitter of every "
+           "engine step (TTFT, ITL) and a GC-like sawtooth of the process memory")  # fmt: skip
     a("--fault", action="append", default=[], metavar="JSON",
       help='a fault rule, e.g. \'{"match": "*/after/json/*", "action": "http_500"}\' or '
            '\'{"match": "*/tools/4", "action": "tool_wrong_function", "count": 0}\'')  # fmt: skip

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from simengine.faults import SCENARIOS, FaultRule
+from simengine.faults import SCENARIO_ONSET_S, SCENARIOS, FaultRule
 
 
 class SimConfig(BaseModel):
@@ -64,10 +64,17 @@ class SimConfig(BaseModel):
     seed: int = 0
     """Seeds output lengths, token text, structured values and tool choices."""
     scenario: str = "healthy"
-    """Named fault scenario: healthy, post-load-500, broken-contracts, xid-mid-run,
-    engine-death (``simengine.faults.SCENARIO_NOTES`` says what each does)."""
-    scenario_at: float = Field(default=30.0, ge=0)
-    """Seconds into load at which the xid-mid-run / engine-death scenarios strike."""
+    """Named scenario: healthy, post-load-500, broken-contracts, xid-mid-run, engine-death,
+    slow-leak, throughput-decay, garbage-after (``simengine.faults.SCENARIO_NOTES`` says
+    what each does)."""
+    scenario_at: float | None = Field(default=None, ge=0)
+    """Seconds into load at which the scenario strikes (xid-mid-run, engine-death) or
+    begins to degrade (slow-leak, throughput-decay, garbage-after); None: its own onset."""
+    scenario_speed: float = Field(default=1.0, gt=0, le=1000)
+    """Time compression of the slow scenarios: their rates run this many times faster."""
+    noise: bool = False
+    """Realistic noise from the first load request: lognormal jitter of every engine step
+    (TTFT and ITL) and a GC-like sawtooth of the process memory."""
     faults: list[FaultRule] = Field(default_factory=list)
     """Extra fault rules (added to the scenario's)."""
     log_dir: Path | None = None
@@ -106,6 +113,13 @@ class SimConfig(BaseModel):
         if self.port and self.port + 100 + self.replicas - 1 > 65535:
             raise ValueError(f"port {self.port}: port+100+replicas runs past 65535")
         return self
+
+    @property
+    def onset_s(self) -> float:
+        """When the scenario strikes or begins, in seconds after the first load request."""
+        if self.scenario_at is not None:
+            return self.scenario_at
+        return SCENARIO_ONSET_S.get(self.scenario, 30.0)
 
     @property
     def kv_token_slots(self) -> int:

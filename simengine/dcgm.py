@@ -2,10 +2,11 @@
 
 Each replica plays one node with ``gpus_per_replica`` GPUs (``gpu`` labels 0..N-1,
 ``Hostname`` ``<hostname>-<replica>``). Values follow the engine: utilisation tracks
-running/max_num_seqs, framebuffer use tracks weights plus KV usage, and power and
-temperature approach their load targets with first-order lag, so graphs move like a real
-board's. ``DCGM_FI_DEV_XID_ERRORS`` holds the last Xid (0 until one happens), as the
-exporter does. The model name says "(simulated)" so no one mistakes it for hardware.
+running/max_num_seqs, framebuffer use tracks weights plus KV usage (plus what slow-leak
+holds), and power and temperature approach their load targets with first-order lag, so
+graphs move like a real board's. ``DCGM_FI_DEV_XID_ERRORS`` holds the last Xid (0 until
+one happens), as the exporter does. The model name says "(simulated)" so no one mistakes
+it for hardware.
 """
 
 from __future__ import annotations
@@ -67,8 +68,11 @@ class SimGpu:
         self.last_xid = 0
         self._t = time.monotonic()
 
-    def sample(self, util: float, kv_usage: float, alive: bool) -> dict[str, float]:
-        """Values now for a given load (util 0..1, KV usage 0..1)."""
+    def sample(
+        self, util: float, kv_usage: float, alive: bool, extra_mib: float = 0.0
+    ) -> dict[str, float]:
+        """Values now for a given load (util 0..1, KV usage 0..1, memory held beyond the
+        weights and the KV blocks in MiB)."""
         now = time.monotonic()
         dt = max(now - self._t, 0.0)
         self._t = now
@@ -79,7 +83,8 @@ class SimGpu:
         target_c = IDLE_C + (MAX_C - IDLE_C) * u
         self.power += (target_w - self.power) * (1 - math.exp(-dt / POWER_TAU_S))
         self.temp += (target_c - self.temp) * (1 - math.exp(-dt / TEMP_TAU_S))
-        used = (FB_BASE_MIB + FB_KV_MIB * kv_usage) if alive else 512.0
+        used = (FB_BASE_MIB + FB_KV_MIB * kv_usage + extra_mib) if alive else 512.0
+        used = min(used, FB_TOTAL_MIB - 256.0)  # a board never reports more than it has
         return {
             "DCGM_FI_DEV_SM_CLOCK": MAX_MHZ if u > 0.01 else IDLE_MHZ,
             "DCGM_FI_DEV_GPU_TEMP": round(self.temp),
@@ -93,15 +98,25 @@ class SimGpu:
 
 #: Returns (utilisation 0..1, KV usage 0..1, engine alive).
 LoadProbe = Callable[[], tuple[float, float, bool]]
+#: Returns the memory each board holds beyond weights and KV blocks (MiB): slow-leak's.
+ExtraMemory = Callable[[], float]
 
 
 class DcgmExporter(Collector):
     """The GPUs of one replica as a Prometheus collector and registry."""
 
-    def __init__(self, replica: int, n_gpus: int, hostname: str, load: LoadProbe) -> None:
+    def __init__(
+        self,
+        replica: int,
+        n_gpus: int,
+        hostname: str,
+        load: LoadProbe,
+        extra_mib: ExtraMemory | None = None,
+    ) -> None:
         self.hostname = f"{hostname}-{replica}"
         self.gpus = [SimGpu(replica, i, self.hostname) for i in range(n_gpus)]
         self._load = load
+        self._extra_mib = extra_mib
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -112,7 +127,8 @@ class DcgmExporter(Collector):
     def collect(self) -> Iterator[Metric]:
         """Yield one gauge family per DCGM field, one sample per GPU."""
         util, kv, alive = self._load()
-        samples = [(g, g.sample(util, kv, alive)) for g in self.gpus]
+        extra = self._extra_mib() if self._extra_mib is not None else 0.0
+        samples = [(g, g.sample(util, kv, alive, extra)) for g in self.gpus]
         for name, doc in _FIELDS:
             fam = GaugeMetricFamily(name, doc, labels=list(_LABELS))
             for g, vals in samples:

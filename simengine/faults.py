@@ -64,9 +64,31 @@ SCENARIO_NOTES = {
     "required argument missing",
     "xid-mid-run": "Xid 31 on GPU 1 of replica 1, --scenario-at s into load",
     "engine-death": "replica 1's engine dies --scenario-at s into load",
+    "slow-leak": "from --scenario-at s into load (default 30): KV blocks leak (0.4 %/s of "
+    "the cache, never given back), the process holds 4 MB/s more memory (up to 512 MB), "
+    "FB_USED follows, and each prefill waits 5 ms longer per second (TTFT creeps up)",
+    "throughput-decay": "from --scenario-at s into load (default 30): every decode step "
+    "takes 1.5 %/s longer (up to 4x): ITL grows, output tok/s falls",
+    "garbage-after": "from --scenario-at s into load (default 40): 90 % of plain-text "
+    "answers degenerate with HTTP 200 and honest usage: a looping phrase, runaway "
+    "whitespace or a tiny output",
 }
-"""What each named scenario does (shown by ``python -m simengine --help``)."""
+"""What each named scenario does (shown by ``python -m simengine --help``). The curves
+of slow-leak, throughput-decay and garbage-after, and the noise of ``--noise``, are in
+:mod:`simengine.endurance`."""
 SCENARIOS = tuple(SCENARIO_NOTES)
+
+SCENARIO_ONSET_S = {
+    "xid-mid-run": 30.0,
+    "engine-death": 30.0,
+    "slow-leak": 30.0,
+    "throughput-decay": 30.0,
+    "garbage-after": 40.0,
+}
+"""Each timed scenario's onset, in seconds after the first load request, when
+``--scenario-at`` is not given."""
+ENDURANCE_SCENARIOS = frozenset({"slow-leak", "throughput-decay", "garbage-after"})
+"""Scenarios that degrade slowly from their onset instead of firing a fault rule."""
 
 
 def probe_globs(suite: str, n: int, phase: str = "*") -> list[str]:
@@ -111,8 +133,8 @@ class FaultRule(BaseModel):
 
 def scenario_rules(name: str, at_s: float) -> list[FaultRule]:
     """The rules of a named scenario (``healthy`` has none)."""
-    if name == "healthy":
-        return []
+    if name == "healthy" or name in ENDURANCE_SCENARIOS:
+        return []  # the endurance scenarios act through simengine.endurance, not rules
     if name == "post-load-500":
         # The first after-load JSON probe gets an HTTP 500: one availability failure that
         # must fail the run even after a clean load.
@@ -166,11 +188,13 @@ ReplicaActionHook = Callable[[FaultRule, int, str], None]
 class FaultBook:
     """Shared fault state: which rules are left, and when the load phase began."""
 
-    def __init__(self, rules: list[FaultRule], n_replicas: int) -> None:
+    def __init__(self, rules: list[FaultRule], n_replicas: int, keep_clock: bool = False) -> None:
+        """``keep_clock``: start the load clock even without a timed rule (the endurance
+        scenarios and the noise run on it)."""
         self._states = [_RuleState(r) for r in rules]
         self._n_replicas = n_replicas
         self._has_match = any(r.match is not None for r in rules)
-        self._has_timed = any(r.at_s is not None for r in rules)
+        self._has_timed = keep_clock or any(r.at_s is not None for r in rules)
         self.load_started_at: float | None = None
         self._hook: ReplicaActionHook | None = None
 

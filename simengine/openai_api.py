@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from simengine import wire
 from simengine.config import SimConfig
+from simengine.endurance import Endurance
 from simengine.faults import CONTRACT_ACTIONS, FaultBook, FaultRule
 from simengine.metrics import EngineMetrics
 from simengine.scheduler import Scheduler
@@ -44,6 +45,7 @@ class ServedReplica(Protocol):
     engine: Scheduler
     metrics: EngineMetrics
     faults: FaultBook
+    endurance: Endurance | None
     log: ReplicaLog
     request_counter: int
     rejections: int
@@ -243,6 +245,11 @@ class OpenAIRoutes:
         )
         for note in plan.notes:
             rep.log.warning("structured_outputs.py:0", f"{rid}: {note}")
+        if vocab_idx is not None and rep.endurance is not None and rep.endurance.garbles:
+            # garbage-after: a plain-text answer (no grammar to hold it) may degenerate.
+            garbled = rep.endurance.garble(parsed.out, random.Random(seed_key + ":garbage"))
+            if garbled is not None:
+                plan, vocab_idx = garbled
         return plan, vocab_idx
 
     def _answer(

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from simengine.config import SimConfig
 from simengine.dcgm import DcgmExporter
+from simengine.endurance import Endurance
 from simengine.faults import FaultBook, FaultRule
 from simengine.metrics import EngineMetrics
 from simengine.openai_api import OpenAIRoutes
@@ -48,14 +49,24 @@ def cache_info(cfg: SimConfig) -> dict[str, str]:
 class Replica:
     """A replica: its own ports, scheduler, /metrics registry, DCGM exporter and log file."""
 
-    def __init__(self, cfg: SimConfig, index: int, faults: FaultBook, log_dir: Path) -> None:
+    def __init__(
+        self,
+        cfg: SimConfig,
+        index: int,
+        faults: FaultBook,
+        log_dir: Path,
+        endurance: Endurance | None = None,
+    ) -> None:
         self.cfg = cfg
         self.index = index
         self.faults = faults
+        self.endurance = endurance
+        """The process's slow scenario and noise (None: a steady engine)."""
         self.log = ReplicaLog(log_dir / f"replica{index}.log")
         self.metrics = EngineMetrics(cfg.model, cfg.max_model_len, cache_info(cfg))
-        self.engine = Scheduler(cfg, self.metrics, self.log)
-        self.dcgm = DcgmExporter(index, cfg.gpus_per_replica, cfg.hostname, self._load)
+        self.engine = Scheduler(cfg, self.metrics, self.log, endurance)
+        extra = endurance.fb_leak_mib if endurance is not None and endurance.leaks else None
+        self.dcgm = DcgmExporter(index, cfg.gpus_per_replica, cfg.hostname, self._load, extra)
         self.alive = True
         self.listening = False
         self.created = int(time.time())

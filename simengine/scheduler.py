@@ -13,7 +13,10 @@ One asyncio task steps the engine, like vLLM's EngineCore busy loop. Each step:
    client's transport here (no task or future per token), which is what lets one core
    carry a thousand streams.
 
-Handlers only wait on one future per request (``Sequence.done``).
+Handlers only wait on one future per request (``Sequence.done``). With an
+:class:`~simengine.endurance.Endurance` (the slow scenarios, the noise) a step is also
+stretched by its factor, KV blocks leak out of the free pool, and a new request's first
+token may be held back (slow-leak's creeping prefill).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections import deque
 
 from simengine import wire
 from simengine.config import SimConfig
+from simengine.endurance import Endurance
 from simengine.metrics import EngineMetrics
 from simengine.sequence import Sequence
 from simengine.simlog import ReplicaLog
@@ -32,13 +36,25 @@ from simengine.simlog import ReplicaLog
 class Scheduler:
     """Waiting queue, running batch, KV blocks and the stepping loop of one engine."""
 
-    def __init__(self, cfg: SimConfig, metrics: EngineMetrics, log: ReplicaLog) -> None:
+    def __init__(
+        self,
+        cfg: SimConfig,
+        metrics: EngineMetrics,
+        log: ReplicaLog,
+        endurance: Endurance | None = None,
+    ) -> None:
         self.cfg = cfg
         self.metrics = metrics
         self.log = log
+        self.endurance = endurance
+        """The slow scenario and noise (None: a steady engine)."""
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.free_blocks = cfg.num_gpu_blocks
+        self.leaked_blocks = 0
+        """KV blocks slow-leak took out of the pool for good."""
+        # A leak never leaves less than one max-length request needs (it would wait forever).
+        self._leak_limit = cfg.num_gpu_blocks - (-(-(cfg.max_model_len + 1) // cfg.block_size))
         self.dead = False
         self._wake = asyncio.Event()
         self._last_emit_t = 0.0
@@ -110,6 +126,8 @@ class Scheduler:
         cfg = self.cfg
         bs = cfg.block_size
         running = self.running
+        if self.endurance is not None:
+            self._leak(self.endurance)
         preempted = False
         i = 0
         while i < len(running):
@@ -135,7 +153,21 @@ class Scheduler:
         m.kv_usage.set(self.kv_usage)
         decode = sum(1 for s in running if not s.prefill_pending)
         ms = cfg.decode_ms_base + cfg.decode_ms_per_seq * decode
-        return (ms + cfg.prefill_us_per_token * prefill_tokens / 1000.0) / 1000.0
+        step_s = (ms + cfg.prefill_us_per_token * prefill_tokens / 1000.0) / 1000.0
+        if self.endurance is not None:
+            step_s *= self.endurance.step_factor()
+        return step_s
+
+    def _leak(self, endurance: Endurance) -> None:
+        """slow-leak: move free blocks into the leaked pile, up to the curve's share."""
+        share = endurance.kv_leak_share()
+        if not share:
+            return
+        want = min(int(share * self.cfg.num_gpu_blocks), self._leak_limit)
+        take = min(want - self.leaked_blocks, self.free_blocks)
+        if take > 0:
+            self.free_blocks -= take
+            self.leaked_blocks += take
 
     def _admit(self) -> int:
         cfg = self.cfg
@@ -144,6 +176,7 @@ class Scheduler:
         used = 0
         waiting = self.waiting
         now = time.monotonic()
+        hold = self.endurance.prefill_hold_s() if self.endurance is not None else 0.0
         while waiting and len(self.running) < cfg.max_num_seqs:
             seq = waiting[0]
             if seq.client_gone():
@@ -163,6 +196,8 @@ class Scheduler:
             seq.prefill_pending = True
             if seq.scheduled_t == 0.0:
                 seq.scheduled_t = now
+                if hold:  # slow-leak's creeping prefill: the first token waits longer
+                    seq.stall_until = now + hold
             self.running.append(seq)
             used += compute
         return used
@@ -298,6 +333,7 @@ class Scheduler:
         self.running.clear()
         self.waiting.clear()
         self.free_blocks = self.cfg.num_gpu_blocks
+        self.leaked_blocks = 0
         self.metrics.running.set(0)
         self.metrics.waiting.set(0)
         self.metrics.kv_usage.set(0)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from simengine.config import SimConfig
-from simengine.faults import FaultBook, FaultRule, scenario_rules
+from simengine.endurance import Endurance
+from simengine.faults import ENDURANCE_SCENARIOS, FaultBook, FaultRule, scenario_rules
 from simengine.replica import Replica
 
 _FAULT_TICK_S = 0.1
@@ -44,16 +45,32 @@ class Sim:
 
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
-        rules = scenario_rules(cfg.scenario, cfg.scenario_at) + list(cfg.faults)
-        self.faults = FaultBook(rules, cfg.replicas)
+        rules = scenario_rules(cfg.scenario, cfg.onset_s) + list(cfg.faults)
+        slow = cfg.noise or cfg.scenario in ENDURANCE_SCENARIOS
+        # The slow scenarios and the noise run on the load clock, timed rule or not.
+        self.faults = FaultBook(rules, cfg.replicas, keep_clock=slow)
         self.faults.set_replica_hook(self._fire)
+        self.endurance: Endurance | None = None
+        """The slow scenario and noise of this process (None: a steady engine)."""
+        if slow:
+            self.endurance = Endurance(
+                cfg.scenario,
+                self.faults,
+                onset_s=cfg.onset_s,
+                speed=cfg.scenario_speed,
+                noise=cfg.noise,
+                seed=cfg.seed,
+            )
         if cfg.log_dir is None:
             self.log_dir = Path(tempfile.mkdtemp(prefix="simengine-"))
         else:
             self.log_dir = Path(cfg.log_dir).resolve()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.replicas = [Replica(cfg, i, self.faults, self.log_dir) for i in range(cfg.replicas)]
+        self.replicas = [
+            Replica(cfg, i, self.faults, self.log_dir, self.endurance) for i in range(cfg.replicas)
+        ]
         self._tick_task: asyncio.Task[None] | None = None
+        self._memory_task: asyncio.Task[None] | None = None
 
     def _fire(self, rule: FaultRule, replica: int, note: str) -> None:
         self.replicas[replica].fire(rule, note)
@@ -80,6 +97,8 @@ class Sim:
                 self.replicas[target].log.warning("simengine.py:0", f"fault {rule.action}: {note}")
         if any(r.at_s is not None for r in self.faults.rules):
             self._tick_task = asyncio.create_task(self._tick())
+        if self.endurance is not None and (self.endurance.leaks or self.endurance.noise):
+            self._memory_task = asyncio.create_task(self.endurance.run_memory())
 
     async def _tick(self) -> None:
         while True:
@@ -105,11 +124,12 @@ class Sim:
 
     async def stop(self) -> None:
         """Stop every replica and close every port."""
-        if self._tick_task is not None:
-            self._tick_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._tick_task
-            self._tick_task = None
+        for task in (self._tick_task, self._memory_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._tick_task = self._memory_task = None
         await asyncio.gather(*(r.stop() for r in self.replicas))
 
 

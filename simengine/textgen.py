@@ -36,6 +36,8 @@ _WORDS = (
 VOCAB: tuple[str, ...] = (*(" " + w for w in dict.fromkeys(_WORDS)), ".", ",")
 _PERIOD = len(VOCAB) - 2
 _COMMA = len(VOCAB) - 1
+N_WORDS = _PERIOD
+"""Vocabulary indices below this are words; the two after them are "." and ","."""
 _REASONING_WORDS = tuple(" " + w for w in "let me think about the request step by step".split())
 
 #: Pre-encoded stream fragments per vocabulary token (the hot path only concatenates).
