@@ -19,8 +19,10 @@ from soak.judge.limits import (
     MAX_CLIENT_CPU_PERCENT,
     MAX_FAILURES,
     MAX_LOOP_LAG_S,
+    MAX_SANITY_SHARE,
 )
 from soak.judge.thresholds import Threshold, ThresholdState
+from soak.record.endurance import Endurance
 from soak.record.matrix import MatrixSummary
 from soak.record.models import ClientHealth, LoadSummary, PhaseSpan, Reason, Status
 
@@ -40,6 +42,8 @@ class RunFacts:
     """``--require-telemetry`` kinds: a lost one FAILS the run."""
     reconcile_strict: bool = False
     """``--reconcile strict``: an unexplained counter mismatch is INVALID."""
+    max_sanity_share: float = MAX_SANITY_SHARE
+    """Share of completed load responses with a sanity flag above which the run FAILS."""
 
     # -- how the run went ------------------------------------------------------------------
     preflight_errors: list[str] = field(default_factory=list)
@@ -87,6 +91,10 @@ class RunFacts:
     """The live watch's states (their first breaches)."""
     threshold_abort: Threshold | None = None
     """The ``abort`` threshold that stopped the load early, if one did."""
+
+    # -- the timeline --------------------------------------------------------------------
+    endurance: Endurance | None = None
+    """The record's ``endurance``: drift and leak findings over the window series."""
 
     extra: list[Reason] = field(default_factory=list)
     """Reasons only the gatherer knows (recover's torn journal tails, ...)."""

@@ -20,6 +20,12 @@ MAX_CLIENT_CPU_PERCENT = 95.0
 CLIENT_OVERLOAD_S = 10.0
 """How long client overload (CPU, in-flight shortfall, /health checks it could not send)
 may last before the run is INVALID."""
+MAX_SANITY_SHARE = 0.01
+"""Share of completed load responses with a sanity flag (``loadgen.sanity``) above which
+the run FAILS: 1 %, and only from ``SANITY_MIN_FLAGGED`` responses on."""
+SANITY_MIN_FLAGGED = 5
+"""Flagged responses below this many are a note, whatever their share (one odd answer in
+a short run is no verdict)."""
 PERCENTILE_METHOD: Literal["nearest-rank", "linear"] = "nearest-rank"
 """How the record's percentiles are taken (an observed value)."""
 
@@ -34,6 +40,7 @@ class Limits(TypedDict):
     max_client_cpu_percent: float
     require_telemetry: list[str]
     reconcile_strict: bool
+    max_sanity_share: float
 
 
 def limits_from_config(config: Mapping[str, Any]) -> Limits:
@@ -47,6 +54,7 @@ def limits_from_config(config: Mapping[str, Any]) -> Limits:
         max_client_cpu_percent=float(config.get("max_client_cpu_percent", MAX_CLIENT_CPU_PERCENT)),
         require_telemetry=list(config.get("require_telemetry") or []),
         reconcile_strict=config.get("reconcile") == "strict",
+        max_sanity_share=float(config.get("max_sanity_share", MAX_SANITY_SHARE)),
     )
 
 

@@ -201,25 +201,30 @@ def reconcile(
     canary: dict[str, int] | None = None,
     restarts: Restarts | None = None,
     load_start_s: float | None = None,
+    warmup: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The load window (barrier release → end of drain); canary probes ran inside it, so
-    their requests and tokens count on the client side too."""
+    """The load window (barrier release → end of drain); canary probes and the soak
+    warm-up's requests ran inside it, so their requests and tokens count on the client
+    side too (``canary``, ``warmup``: requests, completed, prompt and completion tokens)."""
     client = {
         "requests": load.completed,
         "prompt_tokens": load.prompt_tokens,
         "generation_tokens": load.output_tokens,
     }
     unfinished = load.failed + load.cancelled
-    if canary:
-        client["requests"] += canary["completed"]
-        client["prompt_tokens"] += canary["prompt_tokens"]
-        client["generation_tokens"] += canary["completion_tokens"]
-        unfinished += canary["requests"] - canary["completed"]
+    for extra in (canary, warmup):
+        if extra:
+            client["requests"] += extra["completed"]
+            client["prompt_tokens"] += extra["prompt_tokens"]
+            client["generation_tokens"] += extra["completion_tokens"]
+            unfinished += extra["requests"] - extra["completed"]
     out = reconcile_window(
         before, after, client, "barrier release → end of drain", unfinished, restarts, load_start_s
     )
     if canary:
         out["includes_canary_requests"] = canary["requests"]
+    if warmup:
+        out["includes_warmup_requests"] = warmup["requests"]
     return out
 
 

@@ -15,6 +15,11 @@ Telemetry keys read here (the telemetry layer writes them; absent keys mean no d
 
 Across endpoints and GPUs the worst one counts: the largest waiting queue, KV usage and
 temperature, the smallest free memory; preemptions add up.
+
+The drift and leak metrics (``drift.<figure>``, ``leak.<resource>``: :data:`TREND_METRICS`)
+read the record's ``endurance`` and the snapshot's live ``endurance`` view; their figures
+are :class:`soak.judge.trend_metrics.TrendFigure` (a value and whether the trend behind it
+is significant), which ``soak.judge.thresholds.evaluate`` checks accordingly.
 """
 
 from __future__ import annotations
@@ -28,10 +33,82 @@ from pydantic import BaseModel
 
 from loadgen.stats import LatencyStats
 from soak.judge.limits import PERCENTILE_METHOD
+from soak.judge.trend_metrics import (
+    TrendFigure,
+    is_trend_metric,
+    ratio_figure,
+    trend_figures,
+    view_figures,
+)
+from soak.record.endurance import FIGURES, LEAKS, Endurance
 from soak.record.models import LoadSummary
 from soak.record.snapshot import Snapshot
 
-Kind = Literal["latency", "ratio", "count", "throughput", "mib", "celsius"]
+Kind = Literal[
+    "latency",
+    "ratio",
+    "count",
+    "throughput",
+    "mib",
+    "celsius",
+    "drift",
+    "drift_points",
+    "leak_mem",
+    "leak_ratio",
+    "leak_count",
+]
+
+Figure = float | TrendFigure | None
+"""A metric's figure: a number, a trend figure (drift and leak metrics), or no data."""
+
+UNITS: dict[Kind, dict[str, float]] = {
+    "latency": {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6},
+    "ratio": {"": 1.0, "%": 0.01},
+    "count": {"": 1.0},
+    "throughput": {"": 1.0},
+    "mib": {"": 1.0},
+    "celsius": {"": 1.0},
+    "drift": {"%": 0.01},
+    "drift_points": {"%": 0.01},
+    # The project's MB is psutil's bytes / 2**20, so MB and MiB name the same size here.
+    "leak_mem": {
+        "KB/h": 1 / 1024,
+        "KiB/h": 1 / 1024,
+        "MB/h": 1.0,
+        "MiB/h": 1.0,
+        "GB/h": 1024.0,
+        "GiB/h": 1024.0,
+    },
+    "leak_ratio": {"%/h": 0.01, "/h": 1.0},
+    "leak_count": {"/h": 1.0},
+}
+"""The units each kind of metric takes, and their factor to the canonical unit."""
+UNIT_HINTS: dict[Kind, str] = {
+    "latency": "a latency; use s, ms or us (a bare number is seconds), e.g. 2s or 500ms",
+    "ratio": "a ratio; use a bare fraction or %, e.g. 0.001 or 0.1%",
+    "count": "a count; use a bare number",
+    "throughput": "a rate per second; use a bare number",
+    "mib": "MiB; use a bare number of MiB",
+    "celsius": "°C; use a bare number of degrees",
+    "drift": "a change from the baseline; use a signed %, e.g. -10% or +50%",
+    "drift_points": "a ratio's change from the baseline in points; use a signed %, e.g. +1%",
+    "leak_mem": (
+        "a growth rate; use MB/h or GB/h (MiB/h, GiB/h: the same sizes here), e.g. 200MB/h"
+    ),
+    "leak_ratio": "a KV usage growth rate; use %/h (points per hour), e.g. 10%/h",
+    "leak_count": "a count per hour; use /h, e.g. 100/h",
+}
+"""What each kind takes, in words for the parse errors."""
+EXAMPLES: dict[Kind, str] = {
+    "latency": "2s",
+    "ratio": "0.1%",
+    "drift": "-10%",
+    "drift_points": "+1%",
+    "leak_mem": "200MB/h",
+    "leak_ratio": "10%/h",
+    "leak_count": "100/h",
+}
+"""An example value per kind (the rest: a bare number)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +199,46 @@ METRICS: dict[str, MetricInfo] = {
     for stat, what in STATS.items()
 } | {m.name: m for m in OTHER_METRICS}
 """Every metric a threshold can name, with its kind (which units it takes), whether it has
-a live figure and whether it needs GPU telemetry."""
+a live figure and whether it needs GPU telemetry (the drift and leak metrics are apart,
+in :data:`TREND_METRICS`)."""
+
+_LEAK_KINDS: dict[str, Kind] = {
+    "server_rss": "leak_mem",
+    "gpu_mem": "leak_mem",
+    "kv_usage": "leak_ratio",
+    "client_rss": "leak_mem",
+    "open_files": "leak_count",
+}
+
+
+def _drift_metric(figure: str) -> MetricInfo:
+    info = FIGURES[figure]
+    points = ratio_figure(info)
+    return MetricInfo(
+        f"drift.{figure}",
+        "drift_points" if points else "drift",
+        f"change of {info.words} from the baseline windows to the end "
+        f"({'points' if points else '%'}), with a significant trend",
+        telemetry=figure.startswith(("engine.", "gpu.", "server.")),
+        needs_gpu_telemetry=figure.startswith("gpu."),
+    )
+
+
+def _leak_metric(resource: str) -> MetricInfo:
+    figure = LEAKS[resource]
+    return MetricInfo(
+        f"leak.{resource}",
+        _LEAK_KINDS[resource],
+        f"growth of {FIGURES[figure].words} per hour that did not come back",
+        telemetry=not figure.startswith("client."),
+        needs_gpu_telemetry=figure.startswith("gpu."),
+    )
+
+
+TREND_METRICS: dict[str, MetricInfo] = {
+    m.name: m for m in [_drift_metric(f) for f in FIGURES] + [_leak_metric(r) for r in LEAKS]
+}
+"""The drift and leak metrics, judged on the window series (``soak.judge.endurance``)."""
 
 
 def describe_metrics() -> list[str]:
@@ -130,6 +246,15 @@ def describe_metrics() -> list[str]:
     ``[end only]`` (no live figure, no ``,abort``) or why it is not available."""
     width = max(len(name) for name in METRICS)
     return [f"{m.name:<{width}}  {m.kind:<10}  {m.description}{_note(m)}" for m in METRICS.values()]
+
+
+def describe_trend_metrics() -> list[str]:
+    """One line per drift and leak metric (for help texts), as :func:`describe_metrics`."""
+    width = max(len(name) for name in TREND_METRICS)
+    return [
+        f"{m.name:<{width}}  {m.kind:<12}  {m.description}{_note(m)}"
+        for m in TREND_METRICS.values()
+    ]
 
 
 def _note(m: MetricInfo) -> str:
@@ -141,11 +266,12 @@ def _note(m: MetricInfo) -> str:
 # --- metric figures ------------------------------------------------------------------
 
 
-def metrics_from_snapshot(snapshot: Snapshot) -> dict[str, float | None]:
+def metrics_from_snapshot(snapshot: Snapshot) -> dict[str, Figure]:
     """Live figures from ``snapshot.load.cumulative`` (1 % histogram percentiles) and
     ``snapshot.telemetry``; metrics without a live figure (``MetricInfo.no_live``: ttfb,
-    first_content, engine.preemptions) are always None."""
-    out: dict[str, float | None] = dict.fromkeys(METRICS)
+    first_content, engine.preemptions) are always None. The drift and leak figures come
+    from ``snapshot.endurance`` once a trend can be judged."""
+    out: dict[str, Figure] = dict.fromkeys(METRICS)
     view = snapshot.load.cumulative
     if view is not None:
         for base, stats in (
@@ -167,15 +293,20 @@ def metrics_from_snapshot(snapshot: Snapshot) -> dict[str, float | None]:
     for name, info in METRICS.items():
         if not info.live:
             out[name] = None
+    # Read leniently: a view-like object without the 1.2 section has no trend figures.
+    out |= view_figures(getattr(snapshot, "endurance", None))
     return out
 
 
 def metrics_from_record(
-    load: LoadSummary | None, telemetry: Mapping[str, Any]
-) -> dict[str, float | None]:
+    load: LoadSummary | None,
+    telemetry: Mapping[str, Any],
+    endurance: Endurance | None = None,
+) -> dict[str, Figure]:
     """Final figures from the record: exact percentiles, counts over the whole load and
-    the telemetry layer's summaries. Nothing when the barrier never released."""
-    out: dict[str, float | None] = dict.fromkeys(METRICS)
+    the telemetry layer's summaries (nothing when the barrier never released), and the
+    drift and leak figures of its ``endurance``."""
+    out: dict[str, Figure] = dict.fromkeys(METRICS)
     if load is not None and load.barrier_released:
         for base in LATENCIES:
             out |= _latency_figures(base, getattr(load, f"{base}_s"))
@@ -189,6 +320,7 @@ def metrics_from_record(
     out["engine.preemptions"] = _worst(engines, "preemptions", sum)
     out["gpu.min_free_mib"] = _worst(gpus, "min_free_mib", min)
     out["gpu.max_temp_c"] = _worst(gpus, "max_temp_c", max)
+    out |= trend_figures(endurance)
     return out
 
 
@@ -198,11 +330,11 @@ def record_source(load: LoadSummary | None) -> str:
     return f"record (exact, {method})"
 
 
-def _latency_figures(base: str, stats: LatencyStats) -> dict[str, float | None]:
+def _latency_figures(base: str, stats: LatencyStats) -> dict[str, Figure]:
     return {f"{base}.{stat}": getattr(stats, stat) for stat in STATS}
 
 
-def _load_counts(completed: int, failed: int) -> dict[str, float | None]:
+def _load_counts(completed: int, failed: int) -> dict[str, Figure]:
     total = completed + failed
     return {
         "completed": float(completed),
@@ -242,6 +374,11 @@ def _worst(items: list[object], key: str, how: Callable[[list[float]], float]) -
 
 def why_no_data(metric: str) -> str:
     """Why a threshold's metric had no figure, in words for its reason."""
+    if is_trend_metric(metric):
+        return (
+            "the window series judged no trend for it: too short a run, or no source "
+            "for the figure (see the record's endurance)"
+        )
     info = METRICS.get(metric)
     if info is not None and info.telemetry:
         return "no GPU or engine telemetry source reported it"
@@ -274,6 +411,8 @@ def format_value(metric: str, value: float | None) -> str:
     """A metric's figure in its own units (latencies in ms/s, ratios in %)."""
     if value is None:
         return "no data"
+    if metric in TREND_METRICS:
+        return _trend_value(metric, value)
     kind = METRICS[metric].kind if metric in METRICS else "count"
     if kind == "latency":
         return f"{_num(value * 1000)} ms" if abs(value) < 1 else f"{_num(value)} s"
@@ -286,6 +425,21 @@ def format_value(metric: str, value: float | None) -> str:
         "celsius": " °C",
     }[kind]
     return f"{_num(value)}{suffix}"
+
+
+def _trend_value(metric: str, value: float) -> str:
+    kind = TREND_METRICS[metric].kind
+    sign = "−" if value < 0 else "+"
+    magnitude = abs(value)
+    if kind == "drift":
+        return f"{sign}{_num(magnitude * 100)} %"
+    if kind == "drift_points":
+        return f"{sign}{_num(magnitude * 100)} points"
+    if kind == "leak_ratio":
+        return f"{sign}{_num(magnitude * 100)} %/h"
+    if kind == "leak_mem":
+        return f"{sign}{_num(magnitude)} {'MiB' if metric == 'leak.gpu_mem' else 'MB'}/h"
+    return f"{sign}{_num(magnitude)}/h"
 
 
 def _num(v: float) -> str:

@@ -19,6 +19,19 @@ when parsed instead: ``,abort`` on a metric without a live figure (``ttfb.*``,
 ``first_content.*`` and ``engine.preemptions`` are checked only at the end, against the
 record), and ``gpu.*`` thresholds when the run has no GPU telemetry source (``--dcgm``).
 
+Drift and leak thresholds judge the soak on its timeline (``soak.judge.endurance``):
+``drift.<figure> OP ±N%`` bounds a figure's change from the baseline windows to the end
+(``drift.output_tok_s>-10%``, ``drift.ttft.p99<+50%``; ratio figures in points:
+``drift.error_rate<+1%``), ``leak.<resource> OP N<unit>/h`` its growth per hour
+(``leak.server_rss<200MB/h``, ``leak.gpu_mem<1GiB/h``, ``leak.kv_usage<10%/h``,
+``leak.open_files<100/h``). One is breached only when its condition fails *and* the
+trend behind the figure is significant (:mod:`soak.judge.trend_metrics`); otherwise it is
+ok and its ``source`` says what the trend was. ``,abort`` acts on the live window series
+once a trend can be judged.
+
+``,note`` makes a threshold note-tier: its breach (or its lack of data) is a note in the
+verdict, never a failure (the default soak policy's gentler items, ``soak.judge.soak_policy``).
+
 The metrics a threshold can name and their figures are in
 :mod:`soak.judge.threshold_metrics`; a state's model is the record's
 (:class:`soak.record.sections.ThresholdState`), the same live in each snapshot.
@@ -36,14 +49,19 @@ from typing import Literal, cast
 from pydantic import BaseModel, ConfigDict
 
 from soak.judge.threshold_metrics import (
+    EXAMPLES,
     LATENCIES,
     METRICS,
     NO_GPU_TELEMETRY,
     OTHER_METRICS,
     STATS,
-    Kind,
+    TREND_METRICS,
+    UNIT_HINTS,
+    UNITS,
+    Figure,
     MetricInfo,
     describe_metrics,
+    describe_trend_metrics,
     format_duration,
     format_value,
     metrics_from_record,
@@ -51,6 +69,8 @@ from soak.judge.threshold_metrics import (
     record_source,
     why_no_data,
 )
+from soak.judge.trend_metrics import TrendFigure
+from soak.record.endurance import FIGURES, LEAKS
 from soak.record.models import Reason
 from soak.record.sections import ThresholdState
 
@@ -58,15 +78,18 @@ __all__ = [
     "LIVE_SOURCE",
     "METRICS",
     "OPS",
+    "TREND_METRICS",
     "MetricInfo",
     "Threshold",
     "ThresholdError",
     "ThresholdState",
     "ThresholdWatch",
     "describe_metrics",
+    "describe_trend_metrics",
     "evaluate",
     "format_duration",
     "format_value",
+    "is_note",
     "metrics_from_record",
     "metrics_from_snapshot",
     "parse_threshold",
@@ -96,22 +119,6 @@ class ThresholdError(ValueError):
     """An expression that cannot be parsed; ``str()`` is the operator's message."""
 
 
-_UNITS: dict[Kind, dict[str, float]] = {
-    "latency": {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6},
-    "ratio": {"": 1.0, "%": 0.01},
-    "count": {"": 1.0},
-    "throughput": {"": 1.0},
-    "mib": {"": 1.0},
-    "celsius": {"": 1.0},
-}
-_UNIT_HINTS: dict[Kind, str] = {
-    "latency": "a latency; use s, ms or us (a bare number is seconds), e.g. 2s or 500ms",
-    "ratio": "a ratio; use a bare fraction or %, e.g. 0.001 or 0.1%",
-    "count": "a count; use a bare number",
-    "throughput": "a rate per second; use a bare number",
-    "mib": "MiB; use a bare number of MiB",
-    "celsius": "°C; use a bare number of degrees",
-}
 _DURATION_UNITS = {"": 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 _NUMBER = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(\S*)$")
@@ -133,6 +140,11 @@ class Threshold(BaseModel):
     abort_on_fail: bool = False
     grace_s: float = 0.0
     """With ``abort``: load seconds before a breach may stop the load."""
+    note: bool = False
+    """``,note``: a breach (or no data) is a note in the verdict, never a failure."""
+    origin: Literal["given", "default"] = "given"
+    """``default``: an item of the default soak policy, applied only where it can be
+    checked (``soak.judge.soak_policy``)."""
 
 
 # --- parsing -------------------------------------------------------------------------
@@ -148,7 +160,7 @@ def parse_threshold(text: str, *, gpu_telemetry: bool = False) -> Threshold:
     if info.needs_gpu_telemetry and not gpu_telemetry:
         raise _fail(text, NO_GPU_TELEMETRY)
     value = _parse_value(text, info, op, rest)
-    abort, grace_s = _parse_options(text, options)
+    abort, grace_s, note = _parse_options(text, options)
     if abort and info.no_live is not None:
         raise _fail(
             text,
@@ -163,6 +175,7 @@ def parse_threshold(text: str, *, gpu_telemetry: bool = False) -> Threshold:
         value=value,
         abort_on_fail=abort,
         grace_s=grace_s,
+        note=note,
     )
 
 
@@ -200,53 +213,81 @@ def _split_condition(text: str, head: str) -> tuple[str, Op, str]:
 
 def _known_metrics() -> str:
     others = ", ".join(m.name for m in OTHER_METRICS)
-    return f"known metrics: {'|'.join(LATENCIES)}.{{{','.join(STATS)}}}, {others}"
+    return (
+        f"known metrics: {'|'.join(LATENCIES)}.{{{','.join(STATS)}}}, {others}, "
+        "drift.<figure>, leak.<resource>"
+    )
 
 
 def _metric_info(text: str, metric: str) -> MetricInfo:
     if metric in METRICS:
         return METRICS[metric]
+    if metric in TREND_METRICS:
+        return TREND_METRICS[metric]
     base, _, stat = metric.partition(".")
+    if base in ("drift", "leak"):
+        raise _fail(text, _unknown_trend(base, stat))
     stats = ", ".join(STATS)
     if base in LATENCIES and not stat:
         raise _fail(text, f"{base!r} needs a statistic, e.g. {base}.p99; use one of {stats}")
     if base in LATENCIES:
         raise _fail(text, f"unknown statistic {stat!r}; use one of {stats}")
-    close = difflib.get_close_matches(metric, list(METRICS), n=1)
+    close = difflib.get_close_matches(metric, [*METRICS, *TREND_METRICS], n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise _fail(text, f"unknown metric {metric!r}; {hint}{_known_metrics()}")
 
 
+def _unknown_trend(base: str, name: str) -> str:
+    known = list(FIGURES) if base == "drift" else list(LEAKS)
+    what = "figure" if base == "drift" else "resource"
+    if not name:
+        return f"{base!r} needs a {what}, e.g. {base}.{known[0]}; use one of {', '.join(known)}"
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean '{base}.{close[0]}'? " if close else ""
+    return f"unknown {what} {name!r} after {base}.; {hint}use one of {', '.join(known)}"
+
+
 def _parse_value(text: str, info: MetricInfo, op: str, raw: str) -> float:
     if not raw:
-        example = "2s" if info.kind == "latency" else "0.1%" if info.kind == "ratio" else "10"
+        example = EXAMPLES.get(info.kind, "10")
         raise _fail(text, f"missing value after {op!r}, e.g. {info.name}{op}{example}")
     m = _NUMBER.match(raw)
     if m is None:
-        raise _fail(text, f"value {raw!r} is not a number; {info.name} is {_UNIT_HINTS[info.kind]}")
+        raise _fail(text, f"value {raw!r} is not a number; {info.name} is {UNIT_HINTS[info.kind]}")
     number, unit = float(m.group(1)), m.group(2)
-    factors = _UNITS[info.kind]
+    factors = UNITS[info.kind]
     if unit not in factors:
         raise _fail(
-            text, f"unit {unit!r} does not fit {info.name}, which is {_UNIT_HINTS[info.kind]}"
+            text, f"unit {unit!r} does not fit {info.name}, which is {UNIT_HINTS[info.kind]}"
         )
     return number * factors[unit]
 
 
-def _parse_options(text: str, options: list[str]) -> tuple[bool, float]:
-    abort, grace_s, grace_given = False, 0.0, False
+def _parse_options(text: str, options: list[str]) -> tuple[bool, float, bool]:
+    abort, grace_s, grace_given, note = False, 0.0, False, False
     for raw in (o.strip() for o in options):
         if raw == "abort":
             abort = True
+        elif raw == "note":
+            note = True
         elif raw.startswith("grace="):
             grace_s, grace_given = _parse_duration(text, raw.removeprefix("grace=").strip()), True
         else:
             raise _fail(
-                text, f"unknown option {raw!r}; use abort and/or grace=DURATION (e.g. grace=60s)"
+                text,
+                f"unknown option {raw!r}; use abort and/or grace=DURATION (e.g. grace=60s), "
+                "or note",
             )
     if grace_given and not abort:
         raise _fail(text, "grace only delays an abort; add ',abort' or drop the grace")
-    return abort, grace_s
+    if note and abort:
+        raise _fail(text, "a note-tier threshold never stops the load; drop ',note' or ',abort'")
+    return abort, grace_s, note
+
+
+def is_note(expr: str) -> bool:
+    """The expression is note-tier (``,note``): its breach is a note, not a failure."""
+    return "note" in (o.strip() for o in expr.split(",")[1:])
 
 
 def _parse_duration(text: str, raw: str) -> float:
@@ -263,13 +304,20 @@ def _parse_duration(text: str, raw: str) -> float:
 
 
 def evaluate(
-    thresholds: Sequence[Threshold], metrics: Mapping[str, float | None], source: str
+    thresholds: Sequence[Threshold], metrics: Mapping[str, Figure], source: str
 ) -> list[ThresholdState]:
-    """Check each threshold against ``metrics``; a missing or None figure is ``no_data``."""
+    """Check each threshold against ``metrics``; a missing or None figure is ``no_data``.
+    A trend figure (drift, leak) is breached only when its trend is significant too, and
+    names its own source."""
     return [_check(t, metrics.get(t.metric), source) for t in thresholds]
 
 
-def _check(t: Threshold, observed: float | None, source: str) -> ThresholdState:
+def _check(t: Threshold, observed: Figure, source: str) -> ThresholdState:
+    if isinstance(observed, TrendFigure):
+        checked = _check(t, observed.observed, observed.source)
+        if checked.state == "breached" and not observed.significant:
+            return checked.model_copy(update={"state": "ok"})
+        return checked
     if observed is None or math.isnan(observed):
         state: Literal["ok", "breached", "no_data"] = "no_data"
         observed = None
@@ -298,7 +346,7 @@ class ThresholdWatch:
         self._load_elapsed_s: float | None = None
 
     def update(
-        self, metrics: Mapping[str, float | None], t_s: float, load_elapsed_s: float | None
+        self, metrics: Mapping[str, Figure], t_s: float, load_elapsed_s: float | None
     ) -> list[ThresholdState]:
         """Check the thresholds now; ``t_s`` is seconds since the run origin and
         ``load_elapsed_s`` seconds since the barrier released (None before the load)."""
@@ -352,11 +400,12 @@ def threshold_reasons(
 
 def _final_reason(s: ThresholdState, live: ThresholdState | None) -> Reason | None:
     first = live.first_breach_s if live is not None else None
+    note = is_note(s.expr)
     if s.state == "breached":
         when = f"; first breached live at {format_duration(first)}" if first is not None else ""
         return Reason(
             code="threshold",
-            effect="failed",
+            effect="note" if note else "failed",
             message=(
                 f"threshold {s.condition} breached: {format_value(s.metric, s.observed)}, "
                 f"from the {s.source}{when}"
@@ -365,7 +414,7 @@ def _final_reason(s: ThresholdState, live: ThresholdState | None) -> Reason | No
     if s.state == "no_data":
         return Reason(
             code="threshold_no_data",
-            effect="invalid",
+            effect="note" if note else "invalid",
             message=(
                 f"threshold {s.condition} could not be checked: {s.metric} had no data "
                 f"({why_no_data(s.metric)}); no data is never ok, so the run cannot pass it"

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from probes.gates import PHASE_WORDS, GateFailure
 from soak.judge.coverage import coverage_reasons
+from soak.judge.endurance_verdict import endurance_reasons
 from soak.judge.facts import Judgement, RunFacts
 from soak.judge.faults import fault_reasons, gpu_fault_reasons, restart_reasons
 from soak.judge.load_reasons import load_reasons
 from soak.judge.matrix import matrix_reasons
 from soak.judge.reconcile import reconcile_reasons
+from soak.judge.sanity import sanity_reasons
+from soak.judge.soak_policy import defaults_applied, policy_states
 from soak.judge.thresholds import (
     ThresholdState,
     evaluate,
@@ -24,6 +27,7 @@ from soak.judge.thresholds import (
     record_source,
     threshold_reasons,
 )
+from soak.judge.trend_metrics import is_trend_metric
 from soak.record.faults import load_start
 from soak.record.models import Reason, Status
 
@@ -45,6 +49,7 @@ def judge(f: RunFacts) -> Judgement:
         reasons.append(Reason(code="aborted", effect="aborted", message=f.aborted))
     reasons += (
         load_reasons(f.load, f.max_failures, f.aborted is not None)
+        + sanity_reasons(f.load, f.max_sanity_share)
         + gate_reasons(f)
         + _health_reasons(f)
         + _soaktop_reasons(f)
@@ -79,19 +84,30 @@ def status_of(reasons: list[Reason]) -> Status:
 
 def final_thresholds(f: RunFacts) -> list[ThresholdState]:
     """Each threshold checked against the record's figures, with the first live breach
-    the watch saw (the record's ``thresholds``)."""
-    states = evaluate(f.thresholds, metrics_from_record(f.load, f.telemetry), record_source(f.load))
+    the watch saw, then the default soak policy's items that could be checked (the
+    record's ``thresholds``)."""
+    metrics = metrics_from_record(f.load, f.telemetry, f.endurance)
+    states = evaluate(f.thresholds, metrics, record_source(f.load))
     first = {s.expr: s.first_breach_s for s in f.threshold_live}
-    return [s.model_copy(update={"first_breach_s": first.get(s.expr)}) for s in states]
+    states = [s.model_copy(update={"first_breach_s": first.get(s.expr)}) for s in states]
+    return states + policy_states(defaults_applied(f.endurance, f.thresholds), f.endurance)
 
 
 def _threshold_reasons(f: RunFacts, final: list[ThresholdState]) -> list[Reason]:
     """Threshold reasons; when no load was measured (before gates failed, preflight, an
     abort before the barrier) the verdict already says why, and a threshold that had
-    nothing to judge is a note, not an INVALID that would hide a server's FAILED."""
-    notes: list[Reason] = []
+    nothing to judge is a note, not an INVALID that would hide a server's FAILED. A drift
+    or leak threshold with data is the endurance judgement's (``endurance_reasons``)."""
+    abort = f.threshold_abort.expr if f.threshold_abort is not None else None
+    trend = [
+        st
+        for st in final
+        if is_trend_metric(st.metric) and st.state != "no_data" and st.expr != abort
+    ]
+    final = [st for st in final if st not in trend]
+    notes: list[Reason] = endurance_reasons(f.endurance, trend)
     if f.load is None or not f.load.barrier_released:
-        notes = [
+        notes += [
             Reason(
                 code="threshold_not_evaluated",
                 effect="note",

@@ -14,11 +14,15 @@ from soak.judge.facts import RunFacts
 from soak.judge.thresholds import (
     LIVE_SOURCE,
     METRICS,
+    TREND_METRICS,
     ThresholdError,
     ThresholdState,
     ThresholdWatch,
     describe_metrics,
+    describe_trend_metrics,
     evaluate,
+    format_value,
+    is_note,
     metrics_from_record,
     metrics_from_snapshot,
     parse_threshold,
@@ -26,7 +30,9 @@ from soak.judge.thresholds import (
     record_source,
     threshold_reasons,
 )
+from soak.judge.trend_metrics import TrendFigure
 from soak.judge.verdict import decide
+from soak.record.endurance import FIGURES, LEAKS, DriftFinding, Endurance, LeakFinding, Trend
 from soak.record.models import LoadSummary, Status
 from soak.record.snapshot import ClientView, LoadView, Snapshot
 from soak.record.telemetry import SnapshotTelemetry
@@ -545,3 +551,140 @@ def test_an_abort_fails_the_run_once_and_says_the_load_was_stopped_early():
         "the load was stopped early (abort_on_fail, grace 60 s)"
     )
     assert "ttft.p99<2s breached: 3 s" in reasons[1].message
+
+
+# --- drift and leak thresholds and note-tier ones --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expr", "metric", "op", "value"),
+    [
+        ("drift.output_tok_s>-10%", "drift.output_tok_s", ">", -0.10),
+        ("drift.ttft.p99<+50%", "drift.ttft.p99", "<", 0.50),
+        ("drift.ttft.p99 < 50%", "drift.ttft.p99", "<", 0.50),
+        ("drift.error_rate<+1%", "drift.error_rate", "<", 0.01),  # points, not relative
+        ("drift.engine.kv_usage<+5%", "drift.engine.kv_usage", "<", 0.05),
+        ("leak.server_rss<200MB/h", "leak.server_rss", "<", 200.0),
+        ("leak.server_rss<1.5GB/h", "leak.server_rss", "<", 1536.0),
+        ("leak.gpu_mem<1GiB/h", "leak.gpu_mem", "<", 1024.0),
+        ("leak.gpu_mem<=512MiB/h", "leak.gpu_mem", "<=", 512.0),
+        ("leak.kv_usage<10%/h", "leak.kv_usage", "<", 0.10),
+        ("leak.kv_usage<0.1/h", "leak.kv_usage", "<", 0.10),
+        ("leak.open_files<100/h", "leak.open_files", "<", 100.0),
+        ("leak.client_rss<512KB/h", "leak.client_rss", "<", 0.5),
+    ],
+)
+def test_drift_and_leak_thresholds_parse_to_canonical_units(expr, metric, op, value):
+    t = parse_threshold(expr, gpu_telemetry=True)
+    assert (t.metric, t.op) == (metric, op)
+    assert t.value == pytest.approx(value)
+    assert not t.note and t.origin == "given"
+
+
+@pytest.mark.parametrize(
+    ("expr", "fragments"),
+    [
+        ("drift.output_tok_s>-10", ["unit '' does not fit drift.output_tok_s", "signed %"]),
+        ("drift.ttft.p99<+2s", ["unit 's' does not fit drift.ttft.p99", "e.g. -10% or +50%"]),
+        ("drift.ttft_p99<+50%", ["unknown figure 'ttft_p99' after drift.", "'drift.ttft.p99'"]),
+        ("drift<+5%", ["'drift' needs a figure", "output_tok_s"]),
+        ("drift.throughput>-10%", ["unknown figure 'throughput'", "use one of output_tok_s"]),
+        ("leak.server_rss<200MB", ["unit 'MB' does not fit leak.server_rss", "MB/h or GB/h"]),
+        ("leak.rss<1GB/h", ["unknown resource 'rss' after leak.", "server_rss"]),
+        ("leak<1GB/h", ["'leak' needs a resource", "server_rss, gpu_mem"]),
+        ("leak.kv_usage<10%", ["unit '%' does not fit leak.kv_usage", "%/h"]),
+        ("leak.open_files<100", ["unit '' does not fit leak.open_files", "/h"]),
+        ("leak.open_files<", ["missing value after '<'", "e.g. leak.open_files<100/h"]),
+        ("drift.output_tok_s>", ["missing value after '>'", "drift.output_tok_s>-10%"]),
+        ("ttft.p99<2s,note,abort", ["note-tier threshold never stops the load"]),
+        ("ttft.p99<2s,loud", ["unknown option 'loud'", "or note"]),
+    ],
+)
+def test_drift_and_leak_errors_name_the_value_and_what_is_allowed(expr, fragments):
+    with pytest.raises(ThresholdError) as info:
+        parse_threshold(expr, gpu_telemetry=True)
+    message = str(info.value)
+    assert message.startswith(f"threshold {expr!r}: ")
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_gpu_drift_and_leak_need_a_gpu_source_and_abort_is_allowed_on_trends():
+    for expr in ("leak.gpu_mem<1GiB/h", "drift.gpu.util_percent>-10%"):
+        with pytest.raises(ThresholdError, match="need a GPU telemetry source"):
+            parse_threshold(expr)
+    t = parse_threshold("drift.output_tok_s>-30%,abort,grace=10m")
+    assert t.abort_on_fail and t.grace_s == 600.0
+    assert TREND_METRICS["drift.output_tok_s"].live
+
+
+def test_every_figure_and_resource_has_a_trend_metric_described():
+    assert set(TREND_METRICS) == {f"drift.{f}" for f in FIGURES} | {f"leak.{r}" for r in LEAKS}
+    assert TREND_METRICS["drift.error_rate"].kind == "drift_points"
+    assert TREND_METRICS["drift.ttft.p99"].kind == "drift"
+    lines = describe_trend_metrics()
+    assert len(lines) == len(TREND_METRICS)
+    assert any(line.startswith("leak.server_rss") and "per hour" in line for line in lines)
+
+
+def test_a_trend_figure_breaches_only_when_its_trend_is_significant():
+    t = parse_threshold("drift.output_tok_s>-10%")
+    noise = TrendFigure(-0.25, False, "window series: no significant trend, Mann–Kendall p=0.4")
+    real = TrendFigure(-0.25, True, "window series: a significant falling trend")
+    small = TrendFigure(-0.05, True, "window series: a significant falling trend")
+    none = TrendFigure(None, False, "window series: 4 windows of 60 s; a trend needs 8")
+    states = [evaluate([t], {t.metric: f}, "ignored")[0] for f in (noise, real, small, none)]
+    assert [s.state for s in states] == ["ok", "breached", "ok", "no_data"]
+    assert states[0].source == noise.source and states[0].observed == -0.25
+    assert states[3].source == none.source
+    assert evaluate([t], {}, "record")[0].state == "no_data"
+
+
+def test_a_note_tier_breach_or_lack_of_data_is_a_note():
+    t = parse_threshold("ttft.p99<1s,note")
+    assert t.note and is_note(t.expr) and not is_note("ttft.p99<1s")
+    [breach] = threshold_reasons(evaluate([t], {"ttft.p99": 1.5}, "record"))
+    assert (breach.code, breach.effect) == ("threshold", "note")
+    [missing] = threshold_reasons(evaluate([t], {"ttft.p99": None}, "record"))
+    assert (missing.code, missing.effect) == ("threshold_no_data", "note")
+
+
+def test_drift_and_leak_figures_read_in_their_units():
+    assert format_value("drift.output_tok_s", -0.312) == "−31.2 %"
+    assert format_value("drift.error_rate", 0.015) == "+1.5 points"
+    assert format_value("leak.server_rss", 310.0) == "+310 MB/h"
+    assert format_value("leak.gpu_mem", 2048.0) == "+2048 MiB/h"
+    assert format_value("leak.kv_usage", 0.3) == "+30 %/h"
+    assert format_value("leak.open_files", 12.0) == "+12/h"
+
+
+def test_record_figures_include_the_endurance_findings():
+    e = Endurance(
+        window_s=60,
+        judged=True,
+        drift=[
+            DriftFinding(
+                figure="output_tok_s",
+                baseline=4000.0,
+                end=3000.0,
+                change=-0.25,
+                state="drift",
+                trend=Trend(n=60, mk_p=1e-6, direction="falling"),
+            )
+        ],
+        leaks=[LeakFinding(resource="server_rss", rate_per_h=12.0, mk_p=0.4, state="stable")],
+    )
+    m = metrics_from_record(summary(), {}, e)
+    tok, rss = m["drift.output_tok_s"], m["leak.server_rss"]
+    assert isinstance(tok, TrendFigure) and tok.observed == -0.25 and tok.significant
+    assert isinstance(rss, TrendFigure) and rss.observed == 12.0 and not rss.significant
+    assert "no significant lasting growth, Mann–Kendall p=0.4" in rss.source
+    assert "drift.ttft.p99" not in metrics_from_record(summary(), {}, None)
+    short = Endurance(window_s=60, not_judged_why="3 windows of 60 s; a trend needs 8 (8 min)")
+    short.drift = [DriftFinding(figure="output_tok_s")]
+    [state] = evaluate(
+        [parse_threshold("drift.output_tok_s>-10%")], metrics_from_record(None, {}, short), "r"
+    )
+    assert state.state == "no_data" and "a trend needs 8" in state.source
+    [reason] = threshold_reasons([state])
+    assert reason.code == "threshold_no_data" and "window series judged no trend" in reason.message
