@@ -24,6 +24,7 @@ from soak.after.journal_facts import RunJournals, config_thresholds, recovered_f
 from soak.judge.limits import percentile_method
 from soak.judge.thresholds import Threshold, ThresholdError
 from soak.judge.verdict import judge
+from soak.record.endurance import Endurance, WindowFigures
 from soak.record.events import Event
 from soak.record.faults import faults_from_events, load_start
 from soak.record.journal import read_jsonl, release_reserve, repair_tail, storage_words
@@ -52,6 +53,7 @@ from soak.record.summary import LoadTiming, summarize_load
 from soak.run.finalize import run_files
 from soak.run.gate_session import gates_from_journal
 from soak.run.matrix_run import matrix_from_journals
+from soak.run.timeline import WARMUP_OUTLASTED, judged_timeline, not_judged, timeline_inputs
 
 
 class RecoverError(RuntimeError):
@@ -105,6 +107,7 @@ def _timing_from_events(
 ) -> tuple[LoadTiming | None, list[PhaseSpan]]:
     phases: list[PhaseSpan] = [PhaseSpan(name="identity", start_s=0.0)]
     barrier: tuple[BarrierData, str | None] | None = None  # its data and wall time
+    warmup_end: float | None = None
     last_t = 0.0
     for ev in events:
         last_t = max(last_t, ev.t)
@@ -113,9 +116,11 @@ def _timing_from_events(
             phases.append(PhaseSpan(name=event_data(ev, PhaseData).phase, start_s=ev.t))
         elif ev.kind == "barrier":
             barrier = event_data(ev, BarrierData), ev.wall or None
+        elif ev.kind == "warmup" and isinstance(ev.data.get("end_s"), int | float):
+            warmup_end = float(ev.data["end_s"])
     last_end, journaled = 0.0, 0
     for line in read_jsonl(run_dir / "requests.jsonl"):  # a RequestLine; read as a dict
-        journaled += 1
+        journaled += line.get("phase") != "warmup"  # the judged load's lines
         last_end = max(last_end, line.get("end_s") or line.get("sent_s") or 0.0)
     last_t = max(last_t, last_end)
     phases[-1].end_s = last_t
@@ -128,19 +133,23 @@ def _timing_from_events(
     issue_start = starts.get("load")
     issue_end = starts.get("drain", last_t if issue_start is not None else None)
     drain_end = starts.get("after_gates", starts.get("finalize", last_t))
+    released = issue_start is not None
+    if config.get("warmup") and released:  # the judged window begins after the warm-up
+        issue_start = warmup_end if warmup_end is not None else issue_end
     requested = data.requested if data.requested is not None else config.get("concurrency", 0)
     return (
         LoadTiming(
             requested_concurrency=int(requested),
             workers_started=data.workers_started,
-            barrier_released=issue_start is not None,
+            barrier_released=released,
             worker_start_failures=dict(data.failures),
-            barrier_released_at=wall if issue_start is not None else None,
+            barrier_released_at=wall if released else None,
             issue_start_s=issue_start,
             issue_end_s=issue_end,
-            drain_end_s=drain_end if issue_start is not None else None,
+            drain_end_s=drain_end if released else None,
             issued=journaled,
             stop_reason="runner killed",
+            sanity_checked=bool(config.get("sanity_checks", False)),  # older runs: no checks
         ),
         phases,
     )
@@ -210,18 +219,19 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
     )
     gates, bad_lines = gates_from_journal(run_dir)
     matrix = matrix_from_journals(run_dir, config)
-    verdict = judge(
-        recovered_facts(
-            config,
-            journals,
-            load=load,
-            matrix=matrix,
-            gates=gates,
-            phases=phases,
-            thresholds=_thresholds(config),
-            notes=torn + _journal_notes(run_dir, journals, timing, bad_lines),
-        )
+    windows, endurance = recovered_timeline(run_dir, config, journals, timing)
+    facts = recovered_facts(
+        config,
+        journals,
+        load=load,
+        matrix=matrix,
+        gates=gates,
+        phases=phases,
+        thresholds=_thresholds(config),
+        notes=torn + _journal_notes(run_dir, journals, timing, bad_lines),
     )
+    facts.endurance = endurance
+    verdict = judge(facts)
     identity, damaged = _identity(run_dir)
     reasons = verdict.reasons + damaged
     faults = faults_from_events(journals.event_lines(), load_start(load, matrix))
@@ -237,6 +247,8 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
         gates=gates,
         thresholds=verdict.thresholds,
         faults=[Fault.model_validate(f) for f in faults],
+        windows=windows,
+        endurance=endurance,
         phases=phases,
         started_at=_first_wall(journals.events) or "",
         ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
@@ -245,6 +257,19 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
     )
     _write(run_dir, record)
     return record
+
+
+def recovered_timeline(
+    run_dir: Path, config: dict[str, Any], journals: RunJournals, timing: LoadTiming | None
+) -> tuple[list[WindowFigures], Endurance | None]:
+    """The window series and its judgement from the journals, as finalize makes them."""
+    if timing is None or not timing.barrier_released or config.get("matrix"):
+        return [], None
+    now = max((ev.t for ev in journals.events), default=0.0)
+    inputs = timeline_inputs(timing, config, journals.events, _thresholds(config), now)
+    if inputs is None:
+        return [], not_judged(config, WARMUP_OUTLASTED, None)
+    return judged_timeline(run_dir, inputs, journals.events, percentile_method(config))
 
 
 def _thresholds(config: dict[str, Any]) -> list[Threshold]:
@@ -262,7 +287,8 @@ def _journal_notes(
     """What recover found in the journals: requests in flight when the runner died, lines
     that could not be read."""
     notes: list[Reason] = []
-    if timing is not None and (lost := _in_flight_at_death(journals, timing.issued)):
+    every_line = sum(1 for _ in read_jsonl(run_dir / "requests.jsonl"))  # warm-up included
+    if timing is not None and (lost := _in_flight_at_death(journals, every_line)):
         notes.append(
             Reason(
                 code="in_flight_at_death",

@@ -27,6 +27,7 @@ from soak.judge.faults import gpu_faults_judgeable
 from soak.judge.limits import percentile_method
 from soak.judge.thresholds import Threshold, ThresholdError
 from soak.judge.verdict import judge, status_of
+from soak.record.endurance import Endurance, WindowFigures
 from soak.record.faults import faults_from_events
 from soak.record.faults import load_start as faults_load_start
 from soak.record.journal import read_jsonl, sha256_file
@@ -37,6 +38,7 @@ from soak.record.summary import LoadTiming, summarize_load
 from soak.run.finalize import HASHED_FILES
 from soak.run.gate_session import gates_from_journal
 from soak.run.matrix_run import matrix_from_journal
+from soak.run.timeline import WARMUP_OUTLASTED, judged_timeline, not_judged, timeline_inputs
 
 RECORD_ONLY = frozenset(
     {
@@ -79,6 +81,9 @@ def _diff(path: str, a: Any, b: Any, out: list[str]) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b)):
             _diff(f"{path}.{k}", a.get(k), b.get(k), out)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _diff(f"{path}[{i}]", x, y, out)
     elif isinstance(a, float) and isinstance(b, float):
         if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
             out.append(f"{path}: record {a!r}, journal {b!r}")
@@ -118,7 +123,8 @@ def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
     faults = faults_from_events(journals.event_lines(), faults_load_start(again, rec.matrix))
     _diff("faults", {"faults": as_json(rec.faults)}, {"faults": faults}, problems)
     problems += coverage_problems(as_json(rec.telemetry))
-    _check_verdict(rec, journals, again, gates, problems)
+    endurance = _timeline_again(run_dir, rec, journals, problems)
+    _check_verdict(rec, journals, again, gates, problems, endurance)
     implied = status_of(rec.reasons)
     if rec.status is not implied:
         problems.append(f"status: record {rec.status.value}, its reasons imply {implied.value}")
@@ -170,6 +176,39 @@ def _load_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> LoadSumma
     return None
 
 
+def _timeline_again(
+    run_dir: Path, rec: RunRecord, journals: RunJournals, problems: list[str]
+) -> Endurance | None:
+    """The window series and its judgement recomputed from the journals, compared with
+    the record's (a record older than schema 1.2 has neither: nothing to compare)."""
+    if rec.endurance is None or rec.load is None:
+        return rec.endurance
+    try:
+        thresholds = config_thresholds(rec.config)
+    except ThresholdError:
+        thresholds = []  # _check_verdict names it
+    timing = LoadTiming.from_summary(rec.load)
+    now = max((ev.t for ev in journals.events), default=0.0)
+    inputs = timeline_inputs(timing, rec.config, journals.events, thresholds, now)
+    if inputs is None:
+        again = not_judged(rec.config, WARMUP_OUTLASTED, rec.endurance.warmup)
+        windows: list[WindowFigures] = []
+    else:
+        windows, again = judged_timeline(
+            run_dir, inputs, journals.events, percentile_method(rec.config)
+        )
+    _diff(
+        "windows",
+        {"windows": [w.model_dump(mode="json") for w in rec.windows]},
+        {"windows": [w.model_dump(mode="json") for w in windows]},
+        problems,
+    )
+    _diff(
+        "endurance", rec.endurance.model_dump(mode="json"), again.model_dump(mode="json"), problems
+    )
+    return again
+
+
 def _check_evidence(run_dir: Path, rec: RunRecord, problems: list[str]) -> None:
     """Every evidence file is hashed, and every one a probe names exists."""
     for evidence in sorted((run_dir / "evidence").glob("*.json")):
@@ -192,6 +231,7 @@ def _check_verdict(
     again: LoadSummary | None,
     gates: dict[str, dict[str, SuiteGate]],
     problems: list[str],
+    endurance: Endurance | None,
 ) -> None:
     """The run judged again: the final threshold states and every reason the facts
     imply, against the record's."""
@@ -205,7 +245,9 @@ def _check_verdict(
         skip |= FAULT_CODES | {LEGACY_RECOVERED}  # recovered by an older soaktop
     if not gpu_faults_judgeable(journals.event_lines()):
         skip.add("gpu_fault")  # events of an older soaktop: no verdict words to compare
-    verdict = judge(record_facts(rec, journals, load=again, gates=gates, thresholds=thresholds))
+    facts = record_facts(rec, journals, load=again, gates=gates, thresholds=thresholds)
+    facts.endurance = endurance
+    verdict = judge(facts)
     if not skip >= THRESHOLD_CODES:
         _check_thresholds(rec, verdict, problems)
     _compare_reasons(

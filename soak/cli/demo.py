@@ -33,14 +33,34 @@ from soak.run.config import RunConfig
 from soak.run.spawn import runners_end_with_this_process, wait_for_tied_runners
 
 SCENARIOS = {
-    "healthy": "no faults",
+    "healthy": "no faults, realistic noise: TTFT/ITL jitter, a memory sawtooth, no trend",
     "engine-death": "replica 1 dies half-way through the load",
     "post-load-500": "one HTTP 500 on one after-load JSON probe",
     "broken-contracts": "json tasks 3 and 11 get a control character / invalid JSON, tools "
     "task 2 bad arguments, in every gate phase",
     "xid-mid-run": "Xid 31 on GPU 1 and an illegal-memory-access log line at half the load",
+    "slow-leak": "from 30 s into the load: KV usage and server memory (RSS, FB used) creep "
+    "up and never come back, TTFT creeps up",
+    "throughput-decay": "from 30 s into the load: decode slows step by step, output tok/s falls",
+    "garbage-after": "from 40 s into the load: most plain answers degenerate (a looping "
+    "phrase, runaway whitespace, tiny outputs) with HTTP 200",
 }
-"""The simulated engine's named fault scenarios, as ``soaktop demo --scenario`` lists them."""
+"""The simulated engine's named scenarios, as ``soaktop demo --scenario`` lists them
+(``simengine.faults.SCENARIO_NOTES`` and ``simengine.endurance`` hold the details)."""
+
+SCENARIO_ONSET_S = {"slow-leak": 30.0, "throughput-decay": 30.0, "garbage-after": 40.0}
+"""The slow scenarios' own onsets, seconds into the load (as ``simengine.faults`` has
+them; this module does not import the engine, which runs in its own process)."""
+
+
+def scenario_onset(scenario: str, duration_s: float, given_s: float | None) -> float:
+    """When the demo's scenario strikes or begins: ``--scenario-at`` when given; a slow
+    scenario at its own onset, or half-way when the load is too short to show it after
+    that; the others (xid-mid-run, engine-death) half-way through the load."""
+    if given_s is not None:
+        return given_s
+    half = duration_s / 2
+    return min(SCENARIO_ONSET_S.get(scenario, half), half)
 
 
 PARENT_GRACE_S = 3.0
@@ -60,6 +80,11 @@ class SimHandle:
     proc: subprocess.Popen[bytes]
     ready: dict[str, Any]
     log_dir: Path
+
+    @property
+    def pid(self) -> int:
+        """The process that serves (it reports its own pid in the ready file)."""
+        return int(self.ready["pid"])
 
     @property
     def urls(self) -> list[str]:
@@ -94,10 +119,15 @@ def simulated_engine(
     gpus_per_replica: int = 4,
     scenario: str = "healthy",
     scenario_at_s: float | None = None,
+    noise: bool = False,
+    seed: int | None = None,
     extra_args: list[str] | None = None,
     start_timeout_s: float = 30.0,
 ) -> Iterator[SimHandle]:
     """Run ``python -m simengine`` on free loopback ports for the ``with`` block.
+
+    ``noise``: the engine's realistic jitter and memory sawtooth (the demo's; quiet by
+    default so tests time it exactly); ``seed``: its answers and noise.
 
     The engine dies with this process (``--parent-fd``, see :class:`Lifeline`), and so
     does every runner this process starts inside the block
@@ -124,6 +154,8 @@ def simulated_engine(
         str(log_dir),
         "--ready-file",
         str(ready_file),
+        *(["--noise"] if noise else []),
+        *([] if seed is None else ["--seed", str(seed)]),
         *_lifetime_args(scenario_at_s, lifeline, keep_dir),
         *(extra_args or []),
     ]

@@ -20,7 +20,7 @@ from soak.after.record_view import read_leniently
 from soak.record.events import Event
 from soak.record.journal import DropWriteErrors, JsonlTail
 from soak.record.models import EXIT_CODES, EXIT_STORAGE, RunRecord, Status, load_record
-from soak.record.sections import GateProgress
+from soak.record.sections import GateProgress, ThresholdState
 from soak.record.snapshot import Snapshot
 from soak.run.spawn import AttachedRunner, RunnerHandle
 from soak.safe_text import safe_line
@@ -106,8 +106,11 @@ def final_report(rec: RunRecord, run_dir: Path) -> str:
                 for phase, su in rec.gates.items()
             )
         )
+    trend = [t for t in rec.thresholds if t.metric.startswith(("drift.", "leak."))]
     for t in rec.thresholds:
-        out.append(f"  threshold {t.condition}: {t.state} (observed {t.observed})")
+        if t not in trend:
+            out.append(f"  threshold {t.condition}: {t.state} (observed {t.observed})")
+    out += _endurance_lines(rec, trend)
     if evidence := sorted(p for p in rec.files if p.startswith("evidence/")):
         shown = ", ".join(evidence[:5]) + (
             f" +{len(evidence) - 5} more" if len(evidence) > 5 else ""
@@ -237,3 +240,21 @@ def _detached(handle: RunnerHandle | AttachedRunner, out: TextIO) -> int:
             flush=True,
         )
     return EXIT_DETACHED
+
+
+def _endurance_lines(rec: RunRecord, trend: list[ThresholdState]) -> list[str]:
+    """The run judged on its timeline: one line, then each drift or leak in its words."""
+    e = rec.endurance
+    if e is None:
+        return []
+    if not e.judged:
+        return [f"  endurance: not judged — {e.not_judged_why}"]
+    found = [f.words for f in e.drift if f.state == "drift"]
+    found += [f.words for f in e.leaks if f.state == "leak"]
+    bad = [t.condition for t in trend if t.state != "ok"]
+    head = (
+        f"  endurance: {e.judged_windows} windows of {e.window_s} s judged "
+        f"({len(trend)} drift/leak thresholds, policy {e.policy_source}): "
+        + (f"not ok: {', '.join(bad)}" if bad else "stable" if not found else "within the policy")
+    )
+    return [head] + [f"    {w}" for w in found]

@@ -121,6 +121,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         SimStartError,
         cleanup,
         keep_server_logs,
+        scenario_onset,
         simulated_engine,
     )
     from soak.record.journal import storage_words
@@ -147,13 +148,17 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             replicas=ns.replicas,
             gpus_per_replica=ns.gpus_per_replica,
             scenario=ns.scenario,
-            scenario_at_s=duration / 2,
+            scenario_at_s=scenario_onset(ns.scenario, duration, ns.scenario_at),
+            noise=True,  # a demo engine jitters like a real one; the soak must not mind
+            seed=ns.seed,
         ) as sim:
             replicas = sim.ready["replicas"]
             logs = [r["log"] for r in replicas if r.get("log")]
             dcgm = [r["dcgm_url"] for r in replicas if r.get("dcgm_url")]
+            # The engine's own process is watched (RSS, CPU), beside any the user named.
+            pids = [*(values.get("server_pid") or []), sim.pid]
             cfg = load_config(
-                values,
+                values | {"server_pid": list(dict.fromkeys(pids))},
                 base=base
                 | {"endpoints": sim.urls, "model": sim.model, "server_log": logs, "dcgm": dcgm},
             )
@@ -273,8 +278,9 @@ def cmd_verify(ns: argparse.Namespace) -> int:
     print(
         f"soaktop verify: {rec.run_id}: OK — {len(rec.files)} file hashes match; the {what} "
         f"recomputed from {n} journaled requests and the gates from "
-        f"{_lines(ns.run_dir / 'probes.jsonl')} probe attempts equal the record "
-        f"({rec.status.value})"
+        f"{_lines(ns.run_dir / 'probes.jsonl')} probe attempts"
+        + (f" and the {len(rec.windows)} soak windows" if rec.windows else "")
+        + f" equal the record ({rec.status.value})"
     )
     return 0
 

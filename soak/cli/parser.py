@@ -25,6 +25,7 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--max-requests": {"type": int, "dest": "max_requests"},
     "--max-tokens": {"type": int, "dest": "max_tokens"},
     "--ignore-eos": {"action": "store_const", "const": True, "dest": "ignore_eos"},
+    "--no-sanity": {"action": "store_const", "const": False, "dest": "sanity_checks"},
     "--prompts": {"type": Path, "dest": "prompts", "metavar": "FILE"},
     "--synthetic-input-tokens": {"type": int, "dest": "synthetic_input_tokens", "metavar": "N"},
     "--pool-seed": {"type": int, "dest": "pool_seed"},
@@ -71,6 +72,9 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--require-telemetry": {"dest": "require_telemetry", "metavar": "KIND,..."},
     "--max-client-cpu": {"type": float, "dest": "max_client_cpu_percent", "metavar": "PCT"},
     "--max-loop-lag": {"type": float, "dest": "max_loop_lag_s", "metavar": "S"},
+    "--window": {"type": int, "dest": "series_window_s", "metavar": "S"},
+    "--warmup": {"dest": "warmup", "metavar": "S|Nreq"},
+    "--soak-policy": {"dest": "soak_policy", "choices": ["default", "none"]},
 }
 
 
@@ -219,6 +223,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="healthy",
         choices=sorted(_scenarios()),
         help="fault scenario of the simulated engine",
+    )
+    demo.add_argument(
+        "--scenario-at",
+        type=_bounded(float, 0, 86400, "seconds from 0 to 86400"),
+        metavar="S",
+        help="seconds into the load at which the scenario strikes or begins (default: "
+        "slow-leak and throughput-decay 30, garbage-after 40, at most half the load; "
+        "the others half the load)",
+    )
+    demo.add_argument(
+        "--seed",
+        type=_bounded(int, 0, 2**31 - 1, "a whole number from 0 to 2147483647"),
+        help="seed of the simulated engine's answers and noise (default 0)",
     )
     demo.add_argument(
         "--replicas",

@@ -26,8 +26,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "compare",
         help="finished runs side by side (the seed-000 table)",
         description="One column per run: configuration differences, completed requests, "
-        "load failures, elapsed incl. drain, output tok/s, P99 TTFT/E2E, gates before/after, "
-        "verdict. INVALID and ABORTED runs keep their own flagged columns.",
+        "load failures, elapsed incl. drain, output tok/s, P99 TTFT/E2E, drift first → last "
+        "(records with a window series), gates before/after, verdict; then each run's drift "
+        "and leak table. INVALID and ABORTED runs keep their own flagged columns.",
     )
     cmp.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run directories")
     cmp.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -52,7 +53,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     runs.add_argument("--json", action="store_true", help="one JSON object per run")
     runs.set_defaults(handler=cmd_runs)
 
-    rep = sub.add_parser("report", help="write a self-contained HTML report of one run")
+    rep = sub.add_parser(
+        "report",
+        help="write a self-contained HTML report of one run",
+        description="Charts over time, the window series over the whole run with its drift "
+        "and leak table, then the record's tables; one self-contained page.",
+    )
     rep.add_argument("run_dir", type=Path, metavar="RUN")
     rep.add_argument(
         "--html", type=Path, metavar="FILE", help="where to write it (default RUN/report.html)"

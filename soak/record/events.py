@@ -22,6 +22,7 @@ EventKind = Literal[
     "phase",  # a protocol phase began (data.phase)
     "identity",  # what the server said it is
     "barrier",  # workers started / released
+    "warmup",  # the soak warm-up ended (its requests are journaled as phase warmup)
     "failure",  # a load request failed (data.class, data.request_id)
     "failures",  # aggregated failures beyond the per-class detail limit
     "warning",  # client health, missing usage, anything an operator should know

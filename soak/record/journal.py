@@ -300,28 +300,29 @@ def request_line(r: RequestResult, origin_ns: int, phase: str = "load") -> bytes
     and telemetry); ``ttfb_s``, ``ttft_s``, ``first_content_s``, ``e2e_s`` are durations
     from ``sent``; ``itl_us`` are the inter-token gaps in whole microseconds.
     """
-    return orjson.dumps(
-        {
-            "id": r.request_id,
-            "phase": phase,
-            "worker": r.worker,
-            "prompt": r.prompt_id,
-            "ok": r.ok,
-            "sent_s": _rel_s(r.sent_ns, origin_ns),
-            "end_s": _rel_s(r.end_ns, origin_ns),
-            "ttfb_s": _dur_s(r.first_byte_ns, r.sent_ns),
-            "ttft_s": _dur_s(r.first_token_ns, r.sent_ns),
-            "first_content_s": _dur_s(r.first_content_ns, r.sent_ns),
-            "e2e_s": _dur_s(r.end_ns, r.sent_ns),
-            "status": r.status,
-            "failure": None if r.failure is None else str(r.failure),
-            "detail": r.failure_detail,
-            "prompt_tokens": r.prompt_tokens,
-            "output_tokens": r.output_tokens,
-            "chunks": r.chunks,
-            "finish": r.finish_reason,
-            "cancelled": r.cancelled,
-            "stale_retry": r.stale_retry,  # resent after a stale pooled connection
-            "itl_us": [g // 1000 for g in r.itl_ns],
-        }
-    )
+    line: dict[str, object] = {
+        "id": r.request_id,
+        "phase": phase,
+        "worker": r.worker,
+        "prompt": r.prompt_id,
+        "ok": r.ok,
+        "sent_s": _rel_s(r.sent_ns, origin_ns),
+        "end_s": _rel_s(r.end_ns, origin_ns),
+        "ttfb_s": _dur_s(r.first_byte_ns, r.sent_ns),
+        "ttft_s": _dur_s(r.first_token_ns, r.sent_ns),
+        "first_content_s": _dur_s(r.first_content_ns, r.sent_ns),
+        "e2e_s": _dur_s(r.end_ns, r.sent_ns),
+        "status": r.status,
+        "failure": None if r.failure is None else str(r.failure),
+        "detail": r.failure_detail,
+        "prompt_tokens": r.prompt_tokens,
+        "output_tokens": r.output_tokens,
+        "chunks": r.chunks,
+        "finish": r.finish_reason,
+        "cancelled": r.cancelled,
+        "stale_retry": r.stale_retry,  # resent after a stale pooled connection
+        "itl_us": [g // 1000 for g in r.itl_ns],
+    }
+    if r.sanity:  # only a flagged response: most lines stay as they were
+        line["sanity"] = r.sanity
+    return orjson.dumps(line)

@@ -30,7 +30,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from loadgen.envelope import FailureClass
 from probes.gpu_reading import GpuReading
@@ -61,6 +68,8 @@ class RequestLine(JournalLine):
     from ``sent`` (``ttfb_s``, ``ttft_s``, ``first_content_s``, ``e2e_s``). ``None``: it
     did not happen, or the server did not say (never 0)."""
 
+    absent_unless_set = frozenset({"sanity"})
+
     id: str
     phase: str
     """``load``, or a matrix cell's phase (``warmup``, ``rep``)."""
@@ -87,6 +96,17 @@ class RequestLine(JournalLine):
     """Resent on a fresh connection after a stale pooled one failed."""
     itl_us: list[int]
     """Inter-token gaps in whole microseconds."""
+    sanity: list[str] = Field(default_factory=list)
+    """The sanity flags of a completed response (``loadgen.sanity.SanityFlag``); written
+    only when there is one."""
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Dumped as ``request_line`` writes it: ``sanity`` only when it was given."""
+        out: dict[str, Any] = handler(self)
+        for name in self.absent_unless_set - self.model_fields_set:
+            out.pop(name, None)
+        return out
 
 
 # --- events.jsonl: the data of the kinds recover and verify read ----------------------------

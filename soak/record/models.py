@@ -27,7 +27,10 @@ History: **1.0**, the previous release, wrote ``schema_version: 1`` (an integer;
 host/gpus/clock/prompt pool. **1.1** types them (:mod:`soak.record.telemetry`,
 :mod:`soak.record.gpu_telemetry`, :mod:`soak.record.sections`) without changing a key.
 ``config`` stays the free-form echo of ``config.json`` (``soak.run.config``'s model owns
-its shape, in the room above this one).
+its shape, in the room above this one). **1.2** adds the soak's timeline
+(:mod:`soak.record.endurance`): the record's ``windows`` and ``endurance``, the
+snapshot's ``endurance``, the load summary's response-sanity counts and the
+``windows.jsonl`` journal; a 1.1 record reads them as empty.
 """
 
 from __future__ import annotations
@@ -37,12 +40,13 @@ import io
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loadgen.stats import LatencyStats
 from probes.gates import SuiteGate
+from soak.record.endurance import Endurance, WindowFigures
 from soak.record.gpu_telemetry import GpuIdentity
 from soak.record.matrix import MatrixSummary
 from soak.record.sections import (
@@ -54,10 +58,11 @@ from soak.record.sections import (
     ServedModel,
     ThresholdState,
 )
+from soak.record.shape import AbsentUnlessSet
 from soak.record.telemetry import RecordTelemetry
 from soak.safe_text import safe_csv_cell
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 """``MAJOR.MINOR`` of ``record.json`` and of each snapshot line (see the module docstring)."""
 
 
@@ -145,10 +150,16 @@ class Identity(BaseModel):
     """Wall time at the monotonic origin, to line journals up with server logs."""
 
 
-class LoadSummary(BaseModel):
+class LoadSummary(AbsentUnlessSet):
     """The load phase: recomputable from ``requests.jsonl`` plus the timing fields."""
 
     model_config = ConfigDict(extra="forbid")
+
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset(
+        {"sanity_checked", "sanity_by_flag", "sanity_flagged"}
+    )
+    """Written only by a load that checked its responses (schema 1.2, not ``--no-sanity``):
+    an older record, or an unchecked run, reads as ``sanity_checked`` False."""
 
     requested_concurrency: int
     workers_started: int
@@ -158,6 +169,7 @@ class LoadSummary(BaseModel):
     """UTC wall time the issue window opened."""
     barrier_wait_s: float | None = None
     issued: int = 0
+    """Requests issued in the judged window (a soak warm-up's are journaled apart)."""
     completed: int = 0
     failed: int = 0
     cancelled: int = 0
@@ -197,6 +209,14 @@ class LoadSummary(BaseModel):
     stale_connection_retries: int = 0
     """Requests resent once on a fresh connection: the pooled connection they were first
     written to had been closed by the server, before any response byte (see README)."""
+    sanity_checked: bool = False
+    """The load's responses were checked for sanity (``loadgen.sanity``; off with
+    ``--no-sanity``, and in records older than the checks): without it the two counts
+    below say nothing, not "0 degenerate"."""
+    sanity_by_flag: dict[str, int] = Field(default_factory=dict)
+    """Completed load responses per sanity flag (one response may have several)."""
+    sanity_flagged: int = 0
+    """Completed load responses with at least one sanity flag."""
     output_tokens_per_s: float | None = None
     """output_tokens / elapsed_s (drain included)."""
     output_tokens_per_s_issue_window: float | None = None
@@ -247,10 +267,16 @@ class PhaseSpan(BaseModel):
     end_s: float | None = None
 
 
-class RunRecord(BaseModel):
+class RunRecord(AbsentUnlessSet):
     """record.json."""
 
     model_config = ConfigDict(extra="forbid")
+
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset({"windows", "endurance"})
+    """Keys a record older than 1.2 lacks: written back only when given, so reading and
+    writing an older record invents nothing."""
+    written_by_this_version: ClassVar[frozenset[str]] = absent_unless_set
+    """Finalize and recover always give them (an empty series, a null judgement)."""
 
     schema_version: str = SCHEMA_VERSION
     """``MAJOR.MINOR``; 1.0 records hold the integer 1 (read as ``"1.0"``)."""
@@ -282,6 +308,11 @@ class RunRecord(BaseModel):
     """Every fault, restart and endpoint-down event of the run (``soak.record.faults``):
     ``time_s`` relative to the load start, ``source``, ``kind``, ``detail``."""
     client_health: ClientHealth = Field(default_factory=ClientHealth)
+    windows: list[WindowFigures] = Field(default_factory=list)
+    """The load cut into windows on one timeline, recomputed from the journals (schema
+    1.2; :mod:`soak.record.endurance`)."""
+    endurance: Endurance | None = None
+    """The run judged on its timeline: drift, leaks, the policy (schema 1.2)."""
     phases: list[PhaseSpan] = Field(default_factory=list)
     started_at: str
     ended_at: str

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
+from soak.record.endurance import WindowFigures
 from soak.record.events import Event
 from soak.record.journal_lines import ProbeLine, RequestLine, TelemetryLine
 from soak.record.models import SCHEMA_VERSION, RunRecord
@@ -39,6 +40,7 @@ PUBLISHED: dict[str, type[BaseModel]] = {
     "events.schema.json": Event,
     "probes.schema.json": ProbeLine,
     "telemetry.schema.json": TelemetryLine,
+    "windows.schema.json": WindowFigures,
 }
 """File name → the model it describes."""
 
@@ -54,7 +56,9 @@ class WriterSchema(GenerateJsonSchema):
         out = super().model_schema(schema)
         props = out.get("properties")
         if isinstance(props, dict):
-            absent: frozenset[str] = getattr(schema["cls"], "absent_unless_set", frozenset())
+            cls = schema["cls"]
+            absent: frozenset[str] = getattr(cls, "absent_unless_set", frozenset())
+            absent -= getattr(cls, "written_by_this_version", frozenset())
             required = [name for name in props if name not in absent]
             if required:
                 out["required"] = required

@@ -24,13 +24,15 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 
-class Section(BaseModel):
-    """A typed part of ``record.json`` or of a snapshot line (see the module docstring)."""
-
-    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+class AbsentUnlessSet(BaseModel):
+    """A model some of whose fields are dumped only when they were given (or assigned):
+    the keys an older writer never wrote are not invented when its JSON is written back."""
 
     absent_unless_set: ClassVar[frozenset[str]] = frozenset()
     """Fields the writer leaves out at times: dumped only when given (or assigned)."""
+    written_by_this_version: ClassVar[frozenset[str]] = frozenset()
+    """Of those, the ones this version's writers always give: absent only from an older
+    writer's JSON read back, so the published schema still requires them."""
 
     @model_serializer(mode="wrap")
     def _leave_out_what_was_not_given(
@@ -40,6 +42,12 @@ class Section(BaseModel):
         for name in self.absent_unless_set - self.model_fields_set:
             out.pop(name, None)
         return out
+
+
+class Section(AbsentUnlessSet):
+    """A typed part of ``record.json`` or of a snapshot line (see the module docstring)."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
 
     def unknown_keys(self) -> dict[str, Any]:
         """The keys kept that this version does not declare (empty for what it writes)."""

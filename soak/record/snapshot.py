@@ -11,12 +11,16 @@ a line is ``schema/snapshot.schema.json``.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loadgen.live import ThroughputView
+from soak.record.endurance import EnduranceView
 from soak.record.events import Event
 from soak.record.models import SCHEMA_VERSION, Reason, read_schema_version
 from soak.record.sections import GateProgress, ThresholdState
+from soak.record.shape import AbsentUnlessSet
 from soak.record.telemetry import SnapshotTelemetry
 
 SNAPSHOT_SCHEMA_VERSION = SCHEMA_VERSION
@@ -57,10 +61,13 @@ class ClientView(BaseModel):
     """Worst event-loop lateness during this tick."""
 
 
-class Snapshot(BaseModel):
+class Snapshot(AbsentUnlessSet):
     """One line of snapshots.jsonl."""
 
     model_config = ConfigDict(extra="forbid")
+
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset({"endurance"})
+    """Written once the first soak window closed (never by a 1.1 writer)."""
 
     schema_version: str = SNAPSHOT_SCHEMA_VERSION
     """``MAJOR.MINOR``; 1.0 lines hold the integer 1 (read as ``"1.0"``)."""
@@ -79,6 +86,8 @@ class Snapshot(BaseModel):
     thresholds: list[ThresholdState] = Field(default_factory=list)
     """Each threshold's live state: ok, breached or no_data, from the live histograms."""
     telemetry: SnapshotTelemetry = Field(default_factory=SnapshotTelemetry)
+    endurance: EnduranceView | None = None
+    """The drift and leak judgement so far, once the load began (schema 1.2)."""
     events: list[Event] = Field(default_factory=list)
     """Events since the previous snapshot."""
     status: str = "running"

@@ -38,6 +38,8 @@ class LoadTiming:
     cancel_cause: str | None = None
     backoffs: int = 0
     worker_errors: dict[str, int] = field(default_factory=dict)
+    sanity_checked: bool = False
+    """The client checked every completed response (``RunConfig.sanity_checks``)."""
 
     @classmethod
     def from_summary(cls, s: LoadSummary) -> LoadTiming:
@@ -62,6 +64,7 @@ class LoadTiming:
             cancel_cause=s.cancel_cause,
             backoffs=s.backoffs,
             worker_errors=dict(s.worker_errors),
+            sanity_checked=s.sanity_checked,
         )
 
 
@@ -97,6 +100,10 @@ class _Tally:
     window_tokens: int
     """Output tokens of requests that ended inside the issue window."""
     classes: Counter[str]
+    sanity: Counter[str]
+    """Completed responses per sanity flag."""
+    flagged: int
+    """Completed responses with a sanity flag."""
     lat: dict[str, list[float]]
     """ttft, e2e, tpot, ttfb and fc (first content) samples, seconds."""
     itl: list[np.ndarray]
@@ -110,10 +117,11 @@ def _tally(
     """One pass over the load lines. Local counters, not attributes: this loop runs once a
     request (millions of lines in a long soak), at the end of the run and in ``verify``."""
     completed = failed = cancelled = usage_missing = 0
-    disagrees = empty_answers = stale_retries = 0
+    disagrees = empty_answers = stale_retries = flagged = 0
     disagree_example: str | None = None
     prompt_tokens = output_tokens = window_tokens = 0
     classes: Counter[str] = Counter()
+    sanity: Counter[str] = Counter()
     lat: dict[str, list[float]] = {k: [] for k in ("ttft", "e2e", "tpot", "ttfb", "fc")}
     itl: list[np.ndarray] = []
     for line in read_jsonl(requests_path):
@@ -131,6 +139,9 @@ def _tally(
             classes[str(line.get("failure"))] += 1
             continue
         completed += 1
+        if flags := line.get("sanity"):
+            flagged += 1
+            sanity.update(flags)
         ot, pt = line.get("output_tokens"), line.get("prompt_tokens")
         if ot is None or pt is None:
             usage_missing += 1
@@ -172,9 +183,19 @@ def _tally(
         output_tokens=output_tokens,
         window_tokens=window_tokens,
         classes=classes,
+        sanity=sanity,
+        flagged=flagged,
         lat=lat,
         itl=itl,
     )
+
+
+def _sanity_counts(t: _Tally, timing: LoadTiming) -> dict[str, Any]:
+    """The sanity fields, only for a load that checked (else absent: not "0 flagged")."""
+    if not timing.sanity_checked:
+        return {}
+    by_flag = dict(sorted(t.sanity.items()))
+    return {"sanity_checked": True, "sanity_by_flag": by_flag, "sanity_flagged": t.flagged}
 
 
 def _summary(t: _Tally, timing: LoadTiming, method: PercentileMethod) -> LoadSummary:
@@ -211,6 +232,7 @@ def _summary(t: _Tally, timing: LoadTiming, method: PercentileMethod) -> LoadSum
         usage_disagrees_example=t.disagree_example,
         empty_answers=t.empty_answers,
         stale_connection_retries=t.stale_retries,
+        **_sanity_counts(t, timing),
         output_tokens_per_s=t.output_tokens / elapsed if elapsed else None,
         output_tokens_per_s_issue_window=t.window_tokens / issue_s if issue_s else None,
         requests_per_s=t.completed / elapsed if elapsed else None,
@@ -222,3 +244,18 @@ def _summary(t: _Tally, timing: LoadTiming, method: PercentileMethod) -> LoadSum
         first_content_s=summarize(t.lat["fc"], method),
         input_tokens_mean=t.prompt_tokens / with_usage if with_usage else None,
     )
+
+
+def warmup_accounting(requests_path: Path) -> dict[str, int]:
+    """The soak warm-up's requests and tokens (phase ``warmup`` lines), for the counter
+    reconciliation: the server counted them inside the load window."""
+    acc = {"requests": 0, "completed": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    for line in read_jsonl(requests_path):
+        if line.get("phase") != "warmup":
+            continue
+        acc["requests"] += 1
+        if line.get("ok"):
+            acc["completed"] += 1
+            acc["prompt_tokens"] += line.get("prompt_tokens") or 0
+            acc["completion_tokens"] += line.get("output_tokens") or 0
+    return acc

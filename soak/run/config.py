@@ -65,6 +65,10 @@ class RunConfig(BaseModel):
     """Send ignore_eos so every request generates exactly max_tokens (vLLM extension)."""
     temperature: float | None = Field(None, ge=0, le=2)
     """Sampling temperature; unset leaves the server default. No per-request seed is ever sent."""
+    sanity_checks: bool = True
+    """Check every completed load response for sanity (empty, runaway whitespace,
+    repetition, a finish reason not asked for: ``loadgen.sanity``); ``--no-sanity`` turns
+    the checks off."""
     prompts: Path | None = None
     """Prompt file: ShareGPT JSON (from/value or role/content) or JSONL of {"prompt": ...}."""
     synthetic_input_tokens: int | None = Field(None, ge=1, le=10_000_000)
@@ -98,12 +102,23 @@ class RunConfig(BaseModel):
     """How often the runner appends an aggregated snapshot."""
     window_s: int = Field(10, ge=1, le=600)
     """Sliding window of the live throughput and latency figures."""
+    series_window_s: int = Field(60, ge=1, le=3600)
+    """Soak windows on one timeline: the load is judged window by window for drift and
+    leaks (``windows.jsonl``, the record's ``windows`` and ``endurance``)."""
+    warmup: str | None = Field(None, max_length=32)
+    """A soak warm-up at the load's start, ``90s``, ``2m`` or ``200req``: its requests are
+    journaled (phase ``warmup``) but left out of the judged figures and the baseline."""
+    soak_policy: Literal["default", "none"] = "default"
+    """Drift and leak thresholds applied without ``--threshold drift.*/leak.*``: the
+    default soak policy, or none."""
     interval_s: float = Field(10.0, ge=0.1, le=DAY_S)
     """Headless mode: seconds between printed status lines."""
     percentile_method: Literal["nearest-rank", "linear"] = limits.PERCENTILE_METHOD
     """Record percentiles: nearest-rank (an observed value) or linear (numpy, vllm bench)."""
     max_failures: int = Field(limits.MAX_FAILURES, ge=0, le=1_000_000_000)
     """Load request failures tolerated before the run FAILS (default: none)."""
+    max_sanity_share: float = Field(limits.MAX_SANITY_SHARE, ge=0, le=1)
+    """Share of completed load responses with a sanity flag above which the run FAILS."""
     max_loop_lag_s: float = Field(limits.MAX_LOOP_LAG_S, gt=0, le=3600)
     """Client event-loop lag (p99 over the load) above which latencies are the client's: INVALID."""
     headless: bool = False
@@ -209,7 +224,21 @@ class RunConfig(BaseModel):
                 "require_telemetry names log but no server log is followed: give "
                 "--server-log PATH or --server-log-cmd CMD, or drop log"
             )
+        if self.warmup is not None and self.matrix:
+            raise ValueError(
+                f"warmup = {self.warmup!r} is for a steady soak; a matrix has its own "
+                "warm-up per cell (warmup=N in the matrix spec): drop one"
+            )
         return self
+
+    @field_validator("warmup")
+    @classmethod
+    def _check_warmup(cls, v: str | None) -> str | None:
+        from soak.run.warmup import parse_warmup
+
+        if v is not None:
+            parse_warmup(v)  # raises with the words: what was given and what is allowed
+        return v
 
     @field_validator("endpoints")
     @classmethod

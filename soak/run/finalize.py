@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,10 @@ from soak.judge.faults import gpu_fault_events
 from soak.judge.limits import limits_from_config
 from soak.judge.reconcile import overall, reconcile, reconcile_gates
 from soak.judge.verdict import judge
+from soak.record.endurance import Endurance, WindowFigures
 from soak.record.faults import faults_from_events, load_start
 from soak.record.journal import JsonlWriter, read_jsonl, release_reserve, sha256_file, storage_words
+from soak.record.journal_lines import read_events
 from soak.record.models import (
     EXIT_STORAGE,
     ClientHealth,
@@ -31,12 +34,13 @@ from soak.record.models import (
     write_record,
 )
 from soak.record.sections import Fault, Reconciliation
-from soak.record.summary import LoadTiming, summarize_load
+from soak.record.summary import LoadTiming, summarize_load, warmup_accounting
 from soak.record.telemetry import RecordTelemetry
 from soak.run.gate_session import gates_from_journal, probe_accounting
 from soak.run.identity import build_identity
 from soak.run.snapshots import SnapshotTick
 from soak.run.state import RunParts
+from soak.run.timeline import WARMUP_OUTLASTED, judged_timeline, not_judged, timeline_inputs
 from soak.watch.gpu.sources import gpu_entries, gpu_source_status
 
 HASHED_FILES = (
@@ -46,6 +50,7 @@ HASHED_FILES = (
     "probes.jsonl",
     "snapshots.jsonl",
     "telemetry.jsonl",
+    "windows.jsonl",
 )
 
 
@@ -123,6 +128,9 @@ def _reconciliation(parts: RunParts, load: LoadSummary | None) -> dict[str, Any]
             acc.get("canary"),
             restarts,
             at,
+            warmup_accounting(parts.state.run_dir / "requests.jsonl")
+            if parts.state.config.warmup
+            else None,
         )
     if "after" in parts.state.gate_counters and "after" in acc:
         windows["after"] = reconcile_gates(
@@ -131,7 +139,9 @@ def _reconciliation(parts: RunParts, load: LoadSummary | None) -> dict[str, Any]
     return overall(windows) if windows else {}
 
 
-def gather_facts(parts: RunParts, timing: LoadTiming | None) -> RunFacts:
+def gather_facts(
+    parts: RunParts, timing: LoadTiming | None, endurance: Endurance | None = None
+) -> RunFacts:
     """The run's facts, from the live run: the one place finalize reads the run's state,
     its watchers and its journals (recover and verify gather the same facts from the run
     directory, :mod:`soak.after.journal_facts`)."""
@@ -161,6 +171,7 @@ def gather_facts(parts: RunParts, timing: LoadTiming | None) -> RunFacts:
         thresholds=parts.threshold_watch.thresholds,
         threshold_live=parts.threshold_watch.states,
         threshold_abort=st.threshold_abort,
+        endurance=endurance,
     )
 
 
@@ -200,11 +211,34 @@ def _telemetry(
     return telemetry
 
 
+def timeline(
+    parts: RunParts, tick: SnapshotTick, timing: LoadTiming | None
+) -> tuple[list[WindowFigures], Endurance | None]:
+    """The record's window series and endurance judgement, from the journals (None: the
+    run had no steady load to cut into windows)."""
+    st = parts.state
+    tick.windows.flush(st.now_s())
+    if timing is None or not timing.barrier_released:
+        return [], None
+    config = st.config.public_dict()
+    events = read_events(st.run_dir / "events.jsonl")
+    inputs = timeline_inputs(timing, config, events, parts.threshold_watch.thresholds, st.now_s())
+    if inputs is None:
+        return [], not_judged(config, WARMUP_OUTLASTED, tick.windows.warmup_info())
+    try:
+        return judged_timeline(st.run_dir, inputs, events, st.config.percentile_method)
+    except Exception as e:  # a bug here must not cost the run its record
+        traceback.print_exc()
+        st.internal_errors.append(f"the window series: {type(e).__name__}: {e}"[:300])
+        return [], None
+
+
 def finalize_run(parts: RunParts, tick: SnapshotTick, timing: LoadTiming | None) -> int:
     """Write the verdict, the final snapshot and the record. Returns the exit code."""
     st = parts.state
     st.enter("finalize", "computing the summary from the journal")
-    facts = gather_facts(parts, timing)
+    windows, endurance = timeline(parts, tick, timing)
+    facts = gather_facts(parts, timing, endurance)
     verdict = judge(facts)
     status = verdict.status
     st.enter("done", f"verdict {status.value}")
@@ -235,6 +269,8 @@ def finalize_run(parts: RunParts, tick: SnapshotTick, timing: LoadTiming | None)
         reconciliation=Reconciliation.model_validate(facts.reconciliation),
         faults=[Fault.model_validate(f) for f in faults],
         client_health=facts.health if facts.health is not None else ClientHealth(),
+        windows=windows,
+        endurance=endurance,
         phases=st.phases,
         started_at=st.started_at,
         ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
@@ -262,9 +298,9 @@ def write_final(run_dir: Path, record: RunRecord) -> int:
     The reserve (``soak.record.journal.reserve_space``) is freed first. summary.csv goes first so
     that the record — what every reader trusts — can say when it could not be written
     (its exit code then says "storage"). If the record does not fit, a smaller one without
-    the telemetry and matrix sections is tried, and says so; if nothing fits, the exit
-    code says "storage" and ``soaktop recover`` can write the record from the journals
-    once there is space. Returns the exit code.
+    the telemetry, matrix and window-series sections is tried, and says so; if nothing
+    fits, the exit code says "storage" and ``soaktop recover`` can write the record from
+    the journals once there is space. Returns the exit code.
     """
     release_reserve(run_dir)
     try:
@@ -290,10 +326,12 @@ def write_final(run_dir: Path, record: RunRecord) -> int:
                 code="record_truncated",
                 effect="note",
                 message=f"the full record did not fit on the disk ({storage_words(e)}): its "
-                "telemetry and matrix sections were left out; the journals hold them",
+                "telemetry, matrix and window-series sections were left out; the journals "
+                "hold them",
             ),
             telemetry=RecordTelemetry(),
             matrix=None,
+            windows=[],
         )
         try:
             write_record(run_dir, small)

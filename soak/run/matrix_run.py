@@ -238,6 +238,8 @@ class MatrixRun:
             connect_timeout_s=cfg.connect_timeout_s,
             read_timeout_s=cfg.read_timeout_s,
             headers=self.headers,
+            sanity_checks=cfg.sanity_checks,
+            ignore_eos=cfg.ignore_eos,
         ) as client:
             gen = LoadGenerator(plan, client, sub, self.bodies, on_result)
             st.gen = gen

@@ -8,6 +8,8 @@ class, the rest summed per snapshot tick.
 
 from __future__ import annotations
 
+import time
+
 from loadgen.envelope import RequestResult
 from loadgen.live import LiveLoadStats
 from soak.record.journal import JsonlWriter, request_line
@@ -34,7 +36,10 @@ class RequestSink:
     def on_result(self, r: RequestResult) -> None:
         """Journal one finished request and count it."""
         st = self.state
-        line = request_line(r, st.origin_ns, st.request_phase)
+        phase = st.request_phase
+        if st.warmup is not None and phase == "load":
+            phase = self._warmup_phase(r)
+        line = request_line(r, st.origin_ns, phase)
         if st.redactor.active and (r.failure_detail or r.finish_reason not in PLAIN_FINISH):
             line = st.redactor.json_line(line)  # server text: only then worth the pass
         self.requests.write_raw(line)
@@ -55,6 +60,17 @@ class RequestSink:
                 )
             else:
                 self._unreported[cls] = self._unreported.get(cls, 0) + 1
+
+    def _warmup_phase(self, r: RequestResult) -> str:
+        """``warmup`` or ``load`` (sent before or after the warm-up ended)."""
+        st, wc = self.state, self.state.warmup
+        assert wc is not None
+        if wc.end_ns is None and wc.spec.seconds is not None:
+            released = st.gen.state.barrier_released_ns if st.gen is not None else None
+            if released is None:
+                return "warmup"
+            wc.released(released)
+        return wc.phase(r.sent_ns, time.perf_counter_ns())
 
     def flush_unreported(self) -> None:
         """The failures beyond the per-class limit since the last tick, as one event."""

@@ -25,7 +25,7 @@ import orjson
 from pydantic import ValidationError
 
 from loadgen import eventloop
-from loadgen.live import LiveLoadStats
+from loadgen.live import LiveLoadStats, SecondsFold
 from loadgen.prompts import PromptPool, PromptPoolError, load_file
 from probes.host import LoopLagMonitor
 from soak.judge.coverage import LoadWindow
@@ -53,6 +53,9 @@ from soak.run.state import Journals, RunParts, RunState, Watchers
 from soak.run.steady_load import load_timing
 from soak.run.stops import RunControls
 from soak.run.telemetry import stop_watchers
+from soak.run.timeline import LiveJudge
+from soak.run.warmup import WarmupClock, parse_warmup
+from soak.run.window_tick import WindowTick
 from soak.watch.host import HostWatch
 
 
@@ -100,6 +103,7 @@ class Runner:
             requests=JsonlWriter(run_dir / "requests.jsonl", fail),
             snapshots=journal(run_dir / "snapshots.jsonl", on_error=fail),
             telemetry=journal(run_dir / "telemetry.jsonl", on_error=fail),
+            windows=journal(run_dir / "windows.jsonl", on_error=fail),
         )
         window = LoadWindow()
         host = HostWatch(
@@ -121,8 +125,17 @@ class Runner:
                 parse_thresholds(config.thresholds, gpu_telemetry=config.gpu_telemetry)
             ),
         )
+        if config.warmup is not None:
+            state.warmup = WarmupClock(parse_warmup(config.warmup))
         self.sink = RequestSink(state, journals.requests, self.parts.live)
-        self.tick = SnapshotTick(self.parts, self.sink)
+        windows = WindowTick(state, SecondsFold(self.parts.live), journals.windows)
+        windows.judge = LiveJudge(
+            config.public_dict(),
+            self.parts.threshold_watch.thresholds,
+            windows.warmup_info,
+            state.load_start_s,
+        )
+        self.tick = SnapshotTick(self.parts, self.sink, windows)
         self.early_signals: list[int] = []
 
     async def run(self) -> int:

@@ -24,6 +24,7 @@ from soak.record.telemetry import SnapshotTelemetry
 from soak.run.request_sink import RequestSink
 from soak.run.state import RunParts
 from soak.run.stops import RunControls
+from soak.run.window_tick import WindowTick
 from soak.watch.gpu.sources import gpu_entries, gpu_source_status
 
 
@@ -35,9 +36,10 @@ def now_iso() -> str:
 class SnapshotTick:
     """Builds and appends the run's snapshots."""
 
-    def __init__(self, parts: RunParts, sink: RequestSink) -> None:
+    def __init__(self, parts: RunParts, sink: RequestSink, windows: WindowTick) -> None:
         self.parts = parts
         self.sink = sink
+        self.windows = windows
         self._seq = 0
 
     def write(self, status: str = "running", reasons: list[Reason] | None = None) -> None:
@@ -73,6 +75,9 @@ class SnapshotTick:
             status=status,
             reasons=reasons or [],
         )
+        self.windows.observe(snap)  # may close a window: the view is then refreshed
+        if self.windows.view is not None:  # written once the first window closed
+            snap.endurance = self.windows.view
         if p.threshold_watch.thresholds:
             snap.thresholds = self._thresholds_now(snap)
         self._seq += 1

@@ -28,6 +28,7 @@ from soak.record.models import EndpointIdentity, PhaseSpan
 from soak.record.redact import Redactor
 from soak.run.config import RunConfig
 from soak.run.gate_session import GateSession
+from soak.run.warmup import WarmupClock
 from soak.watch.engine import EngineWatch
 from soak.watch.gpu.dcgm import DcgmWatch
 from soak.watch.gpu.nvml import NvmlWatch
@@ -75,6 +76,8 @@ class RunState:
     """The load generator issuing now (the matrix: the current batch's)."""
     request_phase: str = "load"
     """The ``phase`` written with each journaled request (the matrix: warmup, matrix)."""
+    warmup: WarmupClock | None = None
+    """The soak warm-up (``--warmup``): which load requests are journaled as ``warmup``."""
     released_at: str | None = None
     barrier_wait_s: float | None = None
     matrix: MatrixSummary | None = None
@@ -137,10 +140,12 @@ class Journals:
     requests: JsonlWriter
     snapshots: JsonlWriter
     telemetry: JsonlWriter
+    windows: JsonlWriter
+    """``windows.jsonl``: one line per closed soak window (``soak.run.window_tick``)."""
 
     def all(self, events: EventLog) -> tuple[JsonlWriter, ...]:
         """Every journal, ``events.jsonl`` included (its writer lives in the event log)."""
-        return (events.writer, self.requests, self.snapshots, self.telemetry)
+        return (events.writer, self.requests, self.snapshots, self.telemetry, self.windows)
 
 
 @dataclass

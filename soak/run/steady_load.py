@@ -73,6 +73,8 @@ class SteadyLoad:
             connect_timeout_s=cfg.connect_timeout_s,
             read_timeout_s=cfg.read_timeout_s,
             headers=self.headers,
+            sanity_checks=cfg.sanity_checks,
+            ignore_eos=cfg.ignore_eos,
         ) as client:
             gen = LoadGenerator(plan, client, st.pool, bodies, self.sink.on_result)
             gen.on_issue_end = self._on_issue_end
@@ -154,12 +156,28 @@ def load_timing(st: RunState) -> LoadTiming | None:
         worker_start_failures={scrub(k): n for k, n in gs.start_failures.items()},
         barrier_released_at=st.released_at,
         barrier_wait_s=st.barrier_wait_s,
-        issue_start_s=rel(gs.barrier_released_ns),
+        issue_start_s=judged_start_s(st, rel(gs.barrier_released_ns), rel(gs.issue_ended_ns)),
         issue_end_s=rel(gs.issue_ended_ns),
         drain_end_s=rel(gs.drain_ended_ns),
-        issued=gs.issued,
+        issued=gs.issued - (st.warmup.journaled if st.warmup is not None else 0),
         stop_reason=gs.stop_reason,
         cancel_cause=gs.cancel_cause,
         backoffs=gs.backoffs,
         worker_errors={scrub(k): n for k, n in gs.worker_errors.items()},
+        sanity_checked=st.config.sanity_checks,
     )
+
+
+def judged_start_s(
+    st: RunState, released_s: float | None, issue_end_s: float | None
+) -> float | None:
+    """Where the judged issue window begins: the barrier's release, or the warm-up's end
+    (its requests are journaled as ``warmup`` and left out; a warm-up that outlasted the
+    issue window leaves a judged window of no length)."""
+    wc = st.warmup
+    if wc is None or released_s is None:
+        return released_s
+    end = None if wc.end_ns is None else (wc.end_ns - st.origin_ns) / 1e9
+    if end is None or (issue_end_s is not None and end > issue_end_s):
+        return issue_end_s if issue_end_s is not None else released_s
+    return end

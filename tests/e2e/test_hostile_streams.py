@@ -95,7 +95,9 @@ def test_empty_streams_and_impossible_usage_fail_and_count_no_token(tmp_path: Pa
 
 
 def test_usage_disagreement_is_noted_and_no_keepalive_costs_nothing(tmp_path: Path) -> None:
-    lying = [ROLE, *([TOKEN] * 100), usage(5, 3), DONE]  # 100 token chunks, "3 tokens"
+    # 100 token chunks, "3 tokens"; varied words: 100 "x" would be degenerate repetition
+    varied = [_chunk(f'{{"content":" w{i}"}}') for i in range(100)]
+    lying = [ROLE, *varied, usage(5, 3), DONE]
     script = {
         "completion": {
             "sequence": [
