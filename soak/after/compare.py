@@ -3,8 +3,10 @@
 ``compare`` reproduces the seed-000 table: one column per run, the measurements as rows
 (completed requests, load failures, elapsed including drain, output tokens/s, P99 TTFT and
 E2E, each gate before/after, the whole-run verdict), headed by what differs in the runs'
-configurations. INVALID and ABORTED runs keep their own columns with every figure flagged:
-a figure from a run that did not measure what it meant to is never presented as if it had.
+configurations. Records of schema 1.2 add "Drift first → last" (and the text output each
+run's drift and leak table below: :mod:`soak.after.endurance_table`). INVALID and ABORTED
+runs keep their own columns with every figure flagged: a figure from a run that did not
+measure what it meant to is never presented as if it had.
 
 Records are read defensively (:func:`read_run`): a record written by an older or newer
 soaktop, which lacks keys :class:`~soak.record.models.RunRecord` requires or has keys it does
@@ -23,6 +25,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from soak.after.endurance_table import drift_cell, endurance_text, has_timeline
 from soak.after.record_view import config_value, memory_target, read_leniently
 from soak.record.models import Reason, RunRecord, Status
 from soak.safe_text import safe_line
@@ -339,6 +342,8 @@ def compare(views: list[RunView]) -> Comparison:
                 for v, f in zip(views, figs, strict=True)
             ]
         )
+    if any(has_timeline(v.record, v.fields) for v in views):  # a 1.2 record: its timeline
+        rows.append(["Drift first → last", *(_flag(v, drift_cell(v.record)) for v in views)])
     gates = [gate_cells(v) for v in views]
     for suite in sorted({s for g in gates for s in g}, key=lambda s: (s != "json", s)):
         cells = [g.get(suite, {}) for g in gates]
@@ -368,10 +373,17 @@ def compare(views: list[RunView]) -> Comparison:
             "gates": g,
             "verdict": w,
             "reasons": [r.model_dump(mode="json") for r in _reasons(v)],
+            "drift": drift_cell(v.record) if has_timeline(v.record, v.fields) else None,
+            "endurance": _endurance_json(v),
         }
         for v, c, f, g, w in zip(views, confs, figs, gates, verdicts, strict=True)
     ]
     return Comparison(views, rows, diffs, data)
+
+
+def _endurance_json(view: RunView) -> dict[str, Any] | None:
+    e = view.record.endurance if view.record is not None else None
+    return None if e is None else e.model_dump(mode="json")
 
 
 def comparison_json(cmp: Comparison) -> dict[str, Any]:
@@ -421,7 +433,11 @@ def render_text(cmp: Comparison) -> str:
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines + [f"note: {safe_line(n)}" for n in comparison_notes(cmp)]) + "\n"
+    lines += [f"note: {safe_line(n)}" for n in comparison_notes(cmp)]
+    if any(has_timeline(v.record, v.fields) for v in cmp.runs):  # each run's drift and leaks
+        for v in cmp.runs:
+            lines += ["", *endurance_text(v.run_id, v.record)]
+    return "\n".join(lines) + "\n"
 
 
 # --- runs ------------------------------------------------------------------------------

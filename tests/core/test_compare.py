@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -297,3 +298,77 @@ def test_cli_compare_text_json_and_markdown(tmp_path, capsys):
     assert _cli("runs", str(FIXTURES), "--json") == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert {x["status"] for x in lines} == {"PASSED", "FAILED"}
+
+
+# --- the timeline (schema 1.2): "Drift first → last" and each run's drift/leak table ----
+
+
+def _timeline_runs(tmp_path: Path) -> list[Path]:
+    from tests.report import endurance_runs as er
+
+    return [
+        er.write_run(tmp_path / "decay", er.decaying()),
+        er.write_run(tmp_path / "stable", er.stable()),
+        er.write_run(tmp_path / "short", er.short(), er.windows(4)),
+        PASSED,  # schema 1.1: no window series
+    ]
+
+
+def test_the_drift_row_says_drift_stable_not_judged_and_older(tmp_path):
+    table = compare([read_run(p) for p in _timeline_runs(tmp_path)])
+    labels = [r[0] for r in table.rows]
+    at = labels.index("Drift first → last")
+    assert labels[at - 1] == "P99 whole-request latency" and labels[-1] == "Whole-run verdict"
+    assert table.rows[at][1:] == [
+        "throughput −31 %, TTFT p99 +420 %, server RSS +212 MB/h",
+        "stable",
+        "not judged (4 windows)",
+        "not judged (no window series)",
+    ]
+    data = comparison_json(table)["runs"]
+    assert [r["drift"] for r in data] == [*table.rows[at][1:3], "not judged (4 windows)", None]
+    assert data[0]["endurance"]["leaks"][0]["rate_per_h"] == 212.0
+    assert data[3]["endurance"] is None
+    md = render_markdown(table)
+    assert "| Drift first → last | throughput −31 %, TTFT p99 +420 %, server RSS +212 MB/h |" in md
+
+
+def test_the_drift_row_of_an_invalid_run_is_flagged(tmp_path):
+    from tests.report import endurance_runs as er
+
+    run = er.write_run(tmp_path / "invalid", er.decaying(), status="INVALID")
+    rows = {r[0]: r[1:] for r in compare([read_run(run), read_run(PASSED)]).rows}
+    assert rows["Drift first → last"][0].endswith("server RSS +212 MB/h (invalid)")
+
+
+def test_compare_text_shows_each_runs_drift_and_leak_table_below(tmp_path):
+    views = [read_run(p) for p in _timeline_runs(tmp_path)]
+    text = render_text(compare(views))
+    head, _, below = text.partition("\n\nDrift and leaks: ")
+    assert "Drift first → last" in head and "Whole-run verdict" in head
+    blocks = ("Drift and leaks: " + below).split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == [f"Drift and leaks: {v.run_id}" for v in views]
+    decay = blocks[0].splitlines()
+    assert decay[1] == "  judged on 30 windows of 60 s: baseline windows 0–4, end windows 25–29"
+    throughput = next(line for line in decay if line.startswith("  throughput"))
+    assert re.split(r"\s{2,}", throughput.strip()) == [
+        "throughput",
+        "4,210 tok/s → 2,905 tok/s",
+        "−31 %",
+        "falling −650 tok/s [−700, −600], p<0.001",
+        "load+00:00:59",
+        "drift",
+    ]
+    assert "load+00:20:00 (fault: engine restart)" in blocks[0]
+    assert "1 more figure stable (soaktop report shows every one)" in blocks[0]
+    leak = next(line for line in decay if line.startswith("  server RSS"))
+    assert "+212 MB/h [180, 240], p<0.001" in leak and leak.endswith("leak")
+    assert blocks[2].splitlines()[1] == "  not judged: 4 windows of 60 s; a trend needs 6"
+    assert blocks[3].splitlines()[1] == (
+        "  the record predates the window series (soaktop schema 1.2)"
+    )
+
+
+def test_records_before_the_timeline_compare_as_before():
+    text = render_text(compare([read_run(PASSED), read_run(FAILED)]))
+    assert "Drift" not in text

@@ -18,6 +18,10 @@ contourpy, PyYAML and xyzservices into the operator's venv); Vega-Lite through a
 runtime); pyecharts (loads ECharts from a CDN: not offline); uPlot or Chart.js (small, but
 no pip package ships them, so soaktop would vendor and maintain the JS itself).
 
+After the charts over time comes the soak's timeline (:mod:`soak.after.report.endurance`):
+the window series over the whole run, its baseline and end windows marked, and the drift
+and leak table that ``soaktop compare`` shows too (:mod:`soak.after.endurance_table`).
+
 Everything from the run (reasons, fault details, log lines, trace names) is HTML-escaped
 (:mod:`soak.after.report.tables`, :mod:`soak.after.report.charts`), and the page carries a
 Content-Security-Policy that blocks any network request (:mod:`soak.after.report.page`).
@@ -30,9 +34,11 @@ from pathlib import Path
 
 from soak import __version__
 from soak.after.compare import RunView, read_run, verdict_words
+from soak.after.endurance_table import origin_of
 from soak.after.record_view import config_value
 from soak.after.report import tables
 from soak.after.report.charts import figures
+from soak.after.report.endurance import Clock, endurance_section, read_windows, window_charts
 from soak.after.report.page import document
 from soak.after.report.series import read_series
 
@@ -76,6 +82,11 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
     if series.events_dropped:
         legend += f" {series.events_dropped} less severe events are not marked."
     body.append(tables.section("Over time", legend + "</p>" + "".join(chart_html), "charts"))
+    windows, source = read_windows(run_dir, rec)
+    clock = Clock(series.end_t, origin_of(rec) if rec is not None else None)
+    win_charts = window_charts(windows, rec.endurance if rec is not None else None, clock)
+    timeline = endurance_section(rec, view.fields, windows, source, win_charts)
+    body.append(tables.section("Drift and leaks", timeline, "endurance"))
     if rec is not None:
         body += [
             tables.section("Load", tables.load_summary(rec), "load"),
@@ -89,10 +100,11 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
     nav = [
         ("verdict", "Verdict"),
         ("charts", "Over time"),
+        ("endurance", "Drift and leaks"),
         *((a, a.capitalize()) for a in ("load", "gates", "thresholds", "reconciliation")),
         *((a, a.capitalize()) for a in ("faults", "engines", "identity")),
     ]
-    figs = {f"chart-{cid}": fig for cid, _, fig, _ in charts if fig is not None}
+    figs = {f"chart-{cid}": fig for cid, _, fig, _ in [*charts, *win_charts] if fig is not None}
     # A --redact run's page names its directory, never the path that holds it.
     redacted = rec is not None and config_value(rec, "redact")
     shown = view.path.name if redacted else view.path
@@ -106,7 +118,7 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
         title=view.run_id,
         status=view.status,
         meta=meta,
-        nav=nav if rec is not None else nav[:2],
+        nav=nav if rec is not None else nav[:3],
         body="".join(body),
         figs=figs,
         plotly_js=bundle,

@@ -1,6 +1,7 @@
 """The ``soaktop compare --html`` page: the seed-000 table and one bar chart per figure.
 
-The seed-000 table, then one bar chart each for completed requests, output tokens/s, P99
+The seed-000 table, each run's drift and leak table when a record has a timeline
+(schema 1.2), then one bar chart each for completed requests, output tokens/s, P99
 TTFT and P99 E2E, one bar per run. Bars of runs that did not measure what they meant to
 (INVALID, ABORTED) are grey, hatched and labelled with the status, in their own legend
 entry: they never look like a valid run's bar.
@@ -11,8 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from soak.after.compare import Comparison, comparison_notes
+from soak.after.endurance_table import has_timeline
 from soak.after.report.bars import bar_layout, bundle, cell_table, page_stamp
 from soak.after.report.charts import esc as label
+from soak.after.report.endurance import endurance_tables
 from soak.after.report.page import document
 from soak.after.report.palette import (
     BARS_CSS,
@@ -143,6 +146,15 @@ def _compare_table(cmp: Comparison) -> str:
     )
 
 
+def _endurance(cmp: Comparison) -> str:
+    """Each run's drift and leak table, under its run id (flagged runs say so)."""
+    parts = []
+    for v in cmp.runs:
+        flag = "" if v.valid else f' <span class="flag">{esc(v.status)}</span>'
+        parts.append(f"<h3>{esc(v.run_id)}{flag}</h3>" + endurance_tables(v.record, v.fields))
+    return "".join(parts)
+
+
 def build_compare_page(cmp: Comparison, plotly_js: str | None = None) -> str:
     """The ``soaktop compare --html`` page of a comparison."""
     verdicts = cell_table(
@@ -170,15 +182,19 @@ def build_compare_page(cmp: Comparison, plotly_js: str | None = None) -> str:
         f"<style>{BARS_CSS}</style>",
         section("Verdicts", verdicts, "verdicts"),
         section("Side by side", table, "table"),
-        section("Charts", charts, "charts"),
     ]
+    nav = [("verdicts", "Verdicts"), ("table", "Side by side"), ("charts", "Charts")]
+    if any(has_timeline(v.record, v.fields) for v in cmp.runs):
+        body.append(section("Drift and leaks", _endurance(cmp), "endurance"))
+        nav.insert(2, ("endurance", "Drift and leaks"))
+    body.append(section("Charts", charts, "charts"))
     figs = {f"chart-{k}": compare_figure(cmp, k, t, u, f) for k, t, u, f in COMPARE_CHARTS}
     statuses = {v.status for v in cmp.runs}
     return document(
         title=f"compare: {len(cmp.runs)} runs",
         status=statuses.pop() if len(statuses) == 1 else "compare",
         meta=" · ".join(str(v.path) for v in cmp.runs) + f" · {page_stamp()}",
-        nav=[("verdicts", "Verdicts"), ("table", "Side by side"), ("charts", "Charts")],
+        nav=nav,
         body="".join(body),
         figs=figs,
         plotly_js=bundle(plotly_js),

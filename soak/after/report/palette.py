@@ -43,6 +43,10 @@ SERIES_COLOURS = (
 )
 """One per line of a chart, in order (plotly's own default cycle)."""
 
+BASELINE_COLOUR = "#1565c0"
+"""The baseline windows of the window series (what the drift is measured from)."""
+END_COLOUR = "#ad1457"
+"""The end windows of the window series (what the drift is measured to)."""
 BEFORE_COLOUR = "#a9bfe0"
 RESTORED_COLOUR = "#6f8fc0"
 WIN_COLOUR = "#2e7d32"
@@ -79,6 +83,7 @@ table.numbers td { font-variant-numeric: tabular-nums; }
 .nodata { color: #6b7480; padding: 10px 0; border-top: 1px solid #eef0f3; }
 .none, .note { color: #6b7480; } .problem { color: #b71c1c; }
 .legend { color: #4b5563; font-size: 13px; }
+ul.findings li { margin: 3px 0; font-weight: 600; }
 """
 
 BARS_CSS = """
