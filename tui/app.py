@@ -32,7 +32,7 @@ from tui.messages import EventsArrived, MetaFound, RunEnded, RunnerDied, Snapsho
 from tui.outcome import Outcome, runner_died_notice
 from tui.panes import EventsPane
 from tui.panes.events import EventList
-from tui.reader import EventEntry, HistoryPoint, Replay, RunMeta, load_replay
+from tui.reader import EventEntry, HistoryPoint, Replay, RunMeta, TrendPoint, load_replay
 from tui.replay_cursor import ReplayCursor
 from tui.runner_link import GONE, RunnerLink
 from tui.runview import Cursor, Mode, RunView
@@ -94,6 +94,7 @@ class SoakTopApp(App[Outcome]):
 
         self._snapshot: Snapshot | None = None
         self._history: tuple[HistoryPoint, ...] = ()
+        self._windows: tuple[TrendPoint, ...] = ()
         self._events: deque[EventEntry] = deque(maxlen=EVENTS_KEPT)
         self._record: RunRecord | None = replay.record if replay else None
         self._skipped = replay.skipped if replay else 0
@@ -176,6 +177,7 @@ class SoakTopApp(App[Outcome]):
     def on_snapshot_tick(self, message: SnapshotTick) -> None:
         self._snapshot = message.snapshot
         self._history = message.history
+        self._windows = message.windows
         self._skipped = message.skipped
         self._update_view()
 
@@ -239,6 +241,7 @@ class SoakTopApp(App[Outcome]):
                 mode="live",
                 snapshot=self._snapshot,
                 history=self._history,
+                windows=self._windows,
                 events=tuple(self._events),
                 record=self._record,
                 meta=self._meta,
@@ -257,6 +260,7 @@ class SoakTopApp(App[Outcome]):
                 mode="view",
                 snapshot=frame.snapshot if frame else None,
                 history=frame.history if frame else (),
+                windows=frame.windows if frame else (),
                 events=frame.events if frame else (),
                 record=self._record,
                 meta=self._meta,

@@ -60,6 +60,36 @@ def pct(fraction: float | None, g: Glyphs) -> str:
     return g.missing if fraction is None else f"{fraction * 100:.0f}%"
 
 
+def change(fraction: float | None, g: Glyphs) -> str:
+    """A change since the baseline: ``▼31%``, ``▲420%``, ``▲43×`` past +999 % (ASCII
+    ``-31%``, ``+420%``, ``+43x``); at most 5 characters."""
+    if fraction is None:
+        return g.missing
+    size = abs(fraction) * 100
+    if size < 0.05:
+        return "0%"
+    arrow = g.rise if fraction > 0 else g.fall
+    if size < 9.95:
+        return f"{arrow}{size:.1f}%"
+    if size < 999.5:
+        return f"{arrow}{size:.0f}%"
+    return f"{arrow}{1 + fraction:.0f}{g.times}"
+
+
+def signed(v: float | None, g: Glyphs) -> str:
+    """A rate of change with its sign: ``+120``, ``-0.5``, ``+1.2k``."""
+    if v is None:
+        return g.missing
+    sign, size = ("-" if v < 0 else "+"), abs(v)
+    if size < 9.95:
+        return f"{sign}{size:.1f}"
+    if size < 999.5:
+        return f"{sign}{size:.0f}"
+    if size < 99_950:
+        return f"{sign}{size / 1000:.1f}k"
+    return f"{sign}{size / 1000:.0f}k"
+
+
 def clip(s: str, width: int, g: Glyphs) -> str:
     """``s`` made display-safe (escapes shown as ``\\x1b``: it is often a server's words)
     and cut to ``width`` cells with an ellipsis when it does not fit."""
@@ -104,6 +134,24 @@ STATUS_STYLES = {
 def status_style(status: str | None) -> str:
     """Colour for a verdict word (the word itself is always shown)."""
     return STATUS_STYLES.get(status or "", "bold $text-primary")
+
+
+ENDURANCE_STYLES = {
+    "ok": "",
+    "close": "bold $text-warning",
+    "breached": "bold reverse $text-error",
+    "no_data": "dim",
+}
+"""A drift or leak figure by its state against the policy's bound (``close``: past half
+of it). Reverse video keeps a breach visible without colour (``NO_COLOR``)."""
+
+BADGE_STYLES = {
+    "ok": "$text-success",
+    "close": "bold $text-warning",
+    "breached": "bold reverse $text-error",
+    "not_judged": "dim",
+}
+"""The header's endurance badge by the view's ``badge``."""
 
 
 SEVERITY_STYLES = {

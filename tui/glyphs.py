@@ -29,6 +29,11 @@ class Glyphs:
     degree: str
     sep: str
     arrow: str
+    rise: str
+    """Before a change upwards (``▲31%``)."""
+    fall: str
+    level: str
+    """A reference level drawn across a chart's empty cells (the drift baseline)."""
 
     def bar(self, fraction: float | None, width: int) -> str:
         """A horizontal bar ``width`` cells wide filled to ``fraction`` (0–1)."""
@@ -67,13 +72,30 @@ class Glyphs:
                 cells.append(self.spark[round(max(0.0, v) / peak * top)])
         return "".join(cells).rjust(width)
 
-    def chart(self, values: Sequence[float | None], width: int, rows: int) -> list[str]:
-        """The last ``width`` values as a bar chart ``rows`` lines high (top line first)."""
+    def chart(
+        self,
+        values: Sequence[float | None],
+        width: int,
+        rows: int,
+        level: float | None = None,
+    ) -> list[str]:
+        """The last ``width`` values as a bar chart ``rows`` lines high (top line first).
+
+        ``level``: a reference value (the drift baseline) drawn as a dotted line across
+        the empty cells of its row; the scale then reaches it too. A one-row chart has
+        no room for it."""
         if rows <= 1:
             return [self.sparkline(values, width)]
         shown = list(values)[-width:] if width > 0 else []
         peak = max((v for v in shown if v is not None), default=0.0)
+        if level is not None and level > 0:
+            peak = max(peak, level)
         steps = len(self.spark)
+        level_row = (
+            min(rows - 1, int(level / peak * rows))
+            if level is not None and level > 0 and peak > 0
+            else None
+        )
         heights = [
             None if v is None else (0.0 if peak <= 0 else max(0.0, v) / peak * rows * steps)
             for v in shown
@@ -85,7 +107,8 @@ class Glyphs:
             for h in heights:
                 if h is None or h <= base:
                     # a zero still draws the lowest level on the bottom row: 0 is data
-                    cells.append(self.spark[0] if h is not None and row == 0 else " ")
+                    empty = self.level if row == level_row else " "
+                    cells.append(self.spark[0] if h is not None and row == 0 else empty)
                 elif h >= base + steps:
                     cells.append(self.spark[-1])
                 else:
@@ -106,6 +129,9 @@ UNICODE = Glyphs(
     degree="°",
     sep="│",
     arrow="→",
+    rise="▲",
+    fall="▼",
+    level="┈",
 )
 ASCII = Glyphs(
     ascii=True,
@@ -119,6 +145,9 @@ ASCII = Glyphs(
     degree="",
     sep="|",
     arrow="->",
+    rise="+",
+    fall="-",
+    level=":",
 )
 
 

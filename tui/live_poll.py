@@ -15,7 +15,7 @@ from pathlib import Path
 from textual.message import Message
 
 from tui.messages import EventsArrived, MetaFound, RunEnded, RunnerDied, SnapshotTick
-from tui.reader import FollowUpdate, HistoryPoint, RunFollower
+from tui.reader import FollowUpdate, HistoryPoint, RunFollower, TrendPoint
 from tui.runner_link import RunnerLink
 
 
@@ -46,7 +46,7 @@ class LivePoll:
             # The runner first, then the files: a runner that exited has already written
             # its record, if it wrote one.
             rc = self.runner.poll() if self.runner is not None else None
-            update, history = await asyncio.to_thread(self._read)
+            update, history, windows = await asyncio.to_thread(self._read)
             if update.record is not None or rc is not None:
                 self.done = True
         if update.meta is not None:
@@ -54,12 +54,14 @@ class LivePoll:
         if update.events:
             self._post(EventsArrived(update.events))
         if update.snapshot is not None:
-            self._post(SnapshotTick(update.snapshot, history, update.skipped))
+            self._post(SnapshotTick(update.snapshot, history, update.skipped, windows))
         if update.record is not None:
             self._post(RunEnded(update.record))
         elif rc is not None:
             self._post(RunnerDied(rc))
 
-    def _read(self) -> tuple[FollowUpdate, tuple[HistoryPoint, ...]]:
+    def _read(
+        self,
+    ) -> tuple[FollowUpdate, tuple[HistoryPoint, ...], tuple[TrendPoint, ...]]:
         update = self._follower.poll()
-        return update, self._follower.history
+        return update, self._follower.history, self._follower.windows

@@ -11,20 +11,25 @@ from textual.message import Message
 
 from soak.record.models import RunRecord
 from soak.record.snapshot import Snapshot
-from tui.reader import EventEntry, HistoryPoint, RunMeta
+from tui.reader import EventEntry, HistoryPoint, RunMeta, TrendPoint
 
 
 class SnapshotTick(Message):
-    """The newest snapshot, the chart points up to it, and how many journal lines the
-    reader could not read so far."""
+    """The newest snapshot, the chart points up to it, how many journal lines the reader
+    could not read so far, and the window series so far."""
 
     def __init__(
-        self, snapshot: Snapshot, history: tuple[HistoryPoint, ...], skipped: int = 0
+        self,
+        snapshot: Snapshot,
+        history: tuple[HistoryPoint, ...],
+        skipped: int = 0,
+        windows: tuple[TrendPoint, ...] = (),
     ) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.history = history
         self.skipped = skipped
+        self.windows = windows
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, SnapshotTick)

@@ -3,7 +3,8 @@
 No Textual here. ``RunFollower`` tails a live run from the beginning (the whole history
 on attach) and is polled off the UI loop; ``load_replay`` reads a finished run at once.
 Both tolerate files that do not exist yet and a torn last line (the line being written).
-``requests.jsonl`` is never read: the monitor shows the runner's own aggregates.
+``requests.jsonl`` is never read: the monitor shows the runner's own aggregates, and the
+soak's window series from ``windows.jsonl`` (:mod:`tui.windows`; absent in older runs).
 
 Every line is read through the model its writer used (:class:`Snapshot`,
 :class:`~soak.record.events.Event`; ``record.json`` a ``RunRecord``), leniently
@@ -27,6 +28,7 @@ from soak.record.journal import LineTail
 from soak.record.models import RunRecord, read_schema_version
 from soak.record.snapshot import SNAPSHOT_SCHEMA_VERSION, Snapshot
 from tui.run_files import RunMeta, parse, read_meta, read_record
+from tui.windows import TrendPoint, TrendSeries, read_window, trend_point
 
 __all__ = [
     "EventEntry",
@@ -36,6 +38,7 @@ __all__ = [
     "Replay",
     "RunFollower",
     "RunMeta",
+    "TrendPoint",
     "chart_point",
     "event_entries",
     "history_point",
@@ -125,6 +128,20 @@ def read_snapshot(raw: bytes) -> Snapshot | None:
     return parse(Snapshot, raw).value
 
 
+def window_points(lines: Iterable[bytes]) -> tuple[list[TrendPoint], int]:
+    """The chart points of these ``windows.jsonl`` lines (drain windows left out) and how
+    many lines were unreadable (skipped)."""
+    out: list[TrendPoint] = []
+    skipped = 0
+    for raw in lines:
+        window = read_window(raw)
+        if window is None:
+            skipped += 1
+        elif (point := trend_point(window)) is not None:
+            out.append(point)
+    return out, skipped
+
+
 class EventFacts(BaseModel):
     """What the monitor reads of an event's free-form ``data``: each writer's own keys
     (the request sink's ``failure_class``, a gate's ``evidence``, the GPU ledger's
@@ -191,7 +208,9 @@ class FollowUpdate:
     record: RunRecord | None
     meta: RunMeta | None
     skipped: int = 0
-    """Lines skipped so far (snapshots and events that could not be read at all)."""
+    """Lines skipped so far (snapshots, events and windows that could not be read)."""
+    windows: tuple[TrendPoint, ...] = ()
+    """Points of the windows that closed since the last poll."""
 
     @property
     def empty(self) -> bool:
@@ -211,8 +230,10 @@ class RunFollower:
         self.run_dir = run_dir
         self._snapshots = LineTail(run_dir / "snapshots.jsonl")
         self._events = LineTail(run_dir / "events.jsonl")
+        self._windows = LineTail(run_dir / "windows.jsonl")
         self._event_n = 0
         self._history: deque[HistoryPoint] = deque(maxlen=history_points)
+        self._series = TrendSeries()
         self.record: RunRecord | None = None
         self.meta: RunMeta | None = None
         self.skipped = 0
@@ -223,10 +244,16 @@ class RunFollower:
         """Chart points so far (bounded), oldest first."""
         return tuple(self._history)
 
+    @property
+    def windows(self) -> tuple[TrendPoint, ...]:
+        """The window series so far (bounded: :class:`~tui.windows.TrendSeries`)."""
+        return self._series.points
+
     def poll(self) -> FollowUpdate:
         """Read what was appended since the last poll."""
         snap, points = self._new_snapshots()
         events = self._new_events()
+        windows = self._new_windows()
         meta = None
         if self.meta is None or self.meta.endpoints is None:
             found = read_meta(self.run_dir)
@@ -242,6 +269,7 @@ class RunFollower:
                 snap = more_snap or snap
                 points += more_points
                 events += self._new_events()
+                windows += self._new_windows()
         return FollowUpdate(
             snapshot=snap,
             points=tuple(points),
@@ -249,6 +277,7 @@ class RunFollower:
             record=record,
             meta=meta,
             skipped=self.skipped,
+            windows=tuple(windows),
         )
 
     def _new_snapshots(self) -> tuple[Snapshot | None, list[HistoryPoint]]:
@@ -274,6 +303,13 @@ class RunFollower:
         self.skipped += skipped
         return out
 
+    def _new_windows(self) -> list[TrendPoint]:
+        out, skipped = window_points(self._windows.read_new_lines())
+        for point in out:
+            self._series.add(point)
+        self.skipped += skipped
+        return out
+
 
 @dataclass(frozen=True)
 class Replay:
@@ -288,7 +324,9 @@ class Replay:
     record: RunRecord | None
     meta: RunMeta | None
     skipped: int = 0
-    """Lines that could not be read at all (snapshots and events)."""
+    """Lines that could not be read at all (snapshots, events and windows)."""
+    windows: tuple[TrendPoint, ...] = ()
+    """Every window of ``windows.jsonl`` (none in runs older than schema 1.2)."""
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -315,6 +353,7 @@ def load_replay(run_dir: Path) -> Replay:
         lines.append(raw)
         points.append(point)
     events, skipped_events = event_entries(_complete_lines(run_dir / "events.jsonl"))
+    windows, skipped_windows = window_points(_complete_lines(run_dir / "windows.jsonl"))
     return Replay(
         run_dir=run_dir,
         lines=tuple(lines),
@@ -322,7 +361,8 @@ def load_replay(run_dir: Path) -> Replay:
         events=tuple(events),
         record=read_record(run_dir),
         meta=read_meta(run_dir),
-        skipped=skipped + skipped_events,
+        skipped=skipped + skipped_events + skipped_windows,
+        windows=tuple(windows),
     )
 
 

@@ -1,7 +1,8 @@
 """The replay's time cursor over a finished run (no Textual here).
 
 The cursor stands on one snapshot; what is shown is that snapshot, the chart points up to
-it and the events up to its time (all of them on the last snapshot).
+it, the windows closed by its time and the events up to its time (all of the windows and
+events on the last snapshot).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from soak.record.snapshot import Snapshot
-from tui.reader import EventEntry, HistoryPoint, Replay
+from tui.reader import EventEntry, HistoryPoint, Replay, TrendPoint
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class Frame:
     """None when its line cannot be read whole (its chart point could)."""
     history: Sequence[HistoryPoint]
     events: Sequence[EventEntry]
+    windows: Sequence[TrendPoint] = ()
 
 
 class ReplayCursor:
@@ -33,6 +35,7 @@ class ReplayCursor:
         self.replay = replay
         self._times = [p.t for p in replay.points]
         self._event_times = [e.event.t for e in replay.events]
+        self._window_ends = [w.end_s for w in replay.windows]
         self.index = max(0, len(replay) - 1)  # a replay opens on the verdict
 
     def __len__(self) -> int:
@@ -44,7 +47,7 @@ class ReplayCursor:
             return None
         i = self.index
         last = i == len(self.replay) - 1
-        upto = (
+        shown = (
             len(self._event_times)
             if last
             else bisect.bisect_right(self._event_times, self._times[i])
@@ -54,8 +57,15 @@ class ReplayCursor:
             total=len(self.replay),
             snapshot=self.replay.snapshot(i),
             history=self.replay.points[: i + 1],
-            events=self.replay.events[:upto],
+            events=self.replay.events[:shown],
+            windows=self.replay.windows[: self._windows_closed(i, last)],
         )
+
+    def _windows_closed(self, i: int, last: bool) -> int:
+        """How many windows had closed by snapshot ``i`` (all of them on the last)."""
+        if last:
+            return len(self._window_ends)
+        return bisect.bisect_right(self._window_ends, self._times[i])
 
     def move_to(self, index: int) -> bool:
         """To snapshot ``index`` (clamped)."""

@@ -14,19 +14,22 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from soak.record.lenient import Lenient, M, read
+from soak.record.lenient import Lenient, Loc, M, read
 from soak.record.models import Identity, RunRecord
 
 
-def parse(model: type[M], data: bytes | Mapping[str, Any]) -> Lenient[M]:
+def parse(
+    model: type[M], data: bytes | Mapping[str, Any], must_have: frozenset[Loc] = frozenset()
+) -> Lenient[M]:
     """``data`` (a line's or a file's bytes, or an event's parsed ``data``) as ``model``,
     as the monitor reads what the runner writes (:func:`soak.record.lenient.read`): a
     value of the wrong type, or the list item holding it, is left out, and a required
     key the line lacks reads as its "no data" placeholder. The monitor shows what it can
     of a live line: one odd value, or a key a newer soaktop added, must not blank the
     screen. ``value`` is None for a line of another major version, or one nothing can be
-    kept of: the caller skips and counts it."""
-    return read(model, data, on_wrong_type="drop", on_item_missing="fill")
+    kept of, or one with a problem at a ``must_have`` location (where an invented value
+    would be plotted): the caller skips and counts it."""
+    return read(model, data, on_wrong_type="drop", on_item_missing="fill", must_have=must_have)
 
 
 class PlannedRun(BaseModel):

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from soak.record.endurance import EnduranceView, FigureNow, LeakNow
 from soak.record.models import Reason, RunRecord
 from soak.record.snapshot import Snapshot
 from soak.record.telemetry import SnapshotTelemetry
 from tui.glyphs import UNICODE, Glyphs
-from tui.reader import EventEntry, HistoryPoint, RunMeta
+from tui.reader import EventEntry, HistoryPoint, RunMeta, TrendPoint
 
 _NO_TELEMETRY = SnapshotTelemetry()
 """What a frame without a snapshot shows of telemetry: nothing (never changed)."""
@@ -39,6 +40,9 @@ class RunView:
     """The snapshot shown (None until the runner wrote its first one)."""
     history: Sequence[HistoryPoint] = ()
     """Chart points up to and including the snapshot shown, oldest first."""
+    windows: Sequence[TrendPoint] = ()
+    """The soak's windows closed by the snapshot shown, oldest first (``windows.jsonl``;
+    none before the first closes, nor in runs older than schema 1.2)."""
     events: Sequence[EventEntry] = ()
     """Events up to the snapshot shown, oldest first."""
     record: RunRecord | None = None
@@ -74,3 +78,20 @@ class RunView:
     def telemetry(self) -> SnapshotTelemetry:
         """The snapshot's telemetry section (empty when there is none)."""
         return self.snapshot.telemetry if self.snapshot else _NO_TELEMETRY
+
+    @property
+    def endurance(self) -> EnduranceView | None:
+        """The drift and leak judgement so far (None: not in this snapshot, or no
+        snapshot yet)."""
+        return self.snapshot.endurance if self.snapshot else None
+
+    def figure(self, name: str) -> FigureNow | None:
+        """Figure ``name`` (a key of ``soak.record.endurance.FIGURES``) in the live
+        judgement, when the runner wrote it."""
+        view = self.endurance
+        return next((f for f in view.figures if f.figure == name), None) if view else None
+
+    def leak(self, resource: str) -> LeakNow | None:
+        """Resource ``resource`` (a key of ``LEAKS``) in the live judgement."""
+        view = self.endurance
+        return next((x for x in view.leaks if x.resource == resource), None) if view else None

@@ -1,7 +1,8 @@
 """Pane 4: requested vs started vs in flight, each replica's occupancy and KV, the client.
 
 Client concurrency and the engine's sampled occupancy are different numbers (DESIGN §2):
-both are shown, side by side, neither derived from the other.
+both are shown, side by side, neither derived from the other. In a soak, the last line is
+the runner's leak rates per hour (server RSS, client RSS, KV usage, open files).
 """
 
 from __future__ import annotations
@@ -16,9 +17,17 @@ from tui.coverage import why as lost_why
 from tui.fmt import count, pct, rate, secs
 from tui.glyphs import Glyphs
 from tui.panes.base import Pane, fit, line, lines, muted
+from tui.panes.endurance import leak_line
 from tui.runview import RunView
 
 _LOST_STYLE = "bold $text-error"
+LEAKS_SHOWN = (
+    ("server_rss", "srv"),
+    ("client_rss", "cli"),
+    ("kv_usage", "KV"),
+    ("open_files", "fd"),
+)
+"""The resources whose leak rate this pane shows (``soak.record.endurance.LEAKS``)."""
 
 
 def lost_parts(cov: CoverageBySource, endpoint: int | None, whys: bool = True) -> list[Any]:
@@ -148,7 +157,8 @@ class ConcurrencyPane(Pane):
         cov = view.telemetry.coverage
         if not engines:
             out.append(line(muted("no engine metrics")))
-        room = max(1, height - 2)
+        leaks = leak_line(view, LEAKS_SHOWN, width)
+        room = max(1, height - 2 - (leaks is not None))
         for i, eng in enumerate(engines):
             if i == room - 1 and len(engines) > room:
                 out.append(line(muted(f"+{len(engines) - i} more replicas (4 to maximise)")))
@@ -167,4 +177,6 @@ class ConcurrencyPane(Pane):
                     f"{count(client.open_files, g)}/{count(client.fd_limit, g)}",
                 )
             )
+        if leaks is not None:
+            out.append(leaks)
         return lines(out[:height])

@@ -1,4 +1,5 @@
-"""Pane 6: one compact row per GPU, or a summary plus the GPUs that need a look."""
+"""Pane 6: one compact row per GPU, or a summary plus the GPUs that need a look; in a
+soak, the GPU memory's leak rate per hour above them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tui.coverage import answered, coverage, lost_entries, why
 from tui.fmt import pct
 from tui.glyphs import Glyphs
 from tui.panes.base import Pane, fit, line, lines, muted
+from tui.panes.endurance import leak_line
 from tui.reader import EventEntry
 from tui.runview import RunView
 
@@ -175,10 +177,12 @@ class GpuPane(Pane):
     def build(self, view: RunView, width: int, height: int) -> Content:
         g = view.glyphs
         lost = lost_sources(coverage(view), width, g)[:height]
-        rest = self._gpus(view, width, height - len(lost)) if height > len(lost) else []
+        leak = leak_line(view, (("gpu_mem", "GPU mem"),), width) if view.telemetry.gpus else None
+        top = [*lost, *([leak] if leak is not None else [])][:height]
+        rest = self._gpus(view, width, height - len(top)) if height > len(top) else []
         if lost and not view.telemetry.gpus:
             rest = []  # not "no GPU source": there is one, and it is lost
-        return lines([*lost, *rest])
+        return lines([*top, *rest])
 
     def _gpus(self, view: RunView, width: int, height: int) -> list[Content]:
         g = view.glyphs

@@ -1,4 +1,5 @@
-"""Pane 1, the header: run id, target, phase with progress, verdict so far."""
+"""Pane 1, the header: run id, target, phase with progress and the endurance badge,
+verdict so far."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from tui.coverage import answered, coverage, lost_so_far, short_key
 from tui.fmt import clip, mmss, pct, phase_label, rate, secs, status_style
 from tui.glyphs import Glyphs
 from tui.panes.base import Pane, fit, line, lines, muted
+from tui.panes.endurance import badge
+from tui.panes.endurance import details as endurance_details
 from tui.runview import RunView
 
 _NOTICE_STYLES = {
@@ -123,13 +126,18 @@ class HeaderPane(Pane):
         )
 
         where, frac = phase_progress(view)
-        bar_w = max(10, min(40, width - len(where) - 16))
+        # The endurance badge takes what the bar can give (6 cells stay the bar's).
+        soak = line(*badge(view, width - len(where) - 15))
+        least = 6 if soak.cell_length else 10
+        bar_w = max(least, min(40, width - len(where) - 16 - soak.cell_length))
         parts: list[Any] = [(where, "bold")]
         if frac is not None:
             parts += ["  ", (g.bar(frac, bar_w), "$text-primary"), f" {frac * 100:3.0f}%"]
+        if soak.cell_length:
+            parts += ["  ", soak]
         if view.paused:
             parts += ["  ", (" PAUSED ", "reverse $text-warning"), muted(" p resumes")]
-        second = line(*parts)
+        second = fit(line(*parts), width, g)
 
         rows = [first, second, *self._verdict(view, width, height - 2)]
         if view.notice:
@@ -202,6 +210,7 @@ class HeaderPane(Pane):
                 )
             )
         out += _coverage_lines(view, width)
+        out += endurance_details(view, width)
         at_end = view.cursor is None or view.cursor.index == view.cursor.total - 1
         if view.record is not None and at_end:
             out += _record_lines(view.record, view)
