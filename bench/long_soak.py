@@ -184,7 +184,7 @@ def _print_memory(samples: list[tuple[float, float, int, str]]) -> None:
     y = np.array([s[1] for s in settled], float)
     slope = float(np.polyfit(x, y, 1)[0]) if np.ptp(x) > 0 else float("nan")
     print("  runner RSS over the load (t, completed, RSS):")
-    step = max(1, len(load) // 12)
+    step = max(1, -(-len(load) // 12))  # about a dozen lines
     for t, rss, done, _ in load[::step]:
         print(f"    {t / 60:6.1f} min  {done:>10,}  {rss / 2**20:7.1f} MB")
     print(

@@ -35,8 +35,6 @@ from pydantic import (
     ConfigDict,
     Field,
     RootModel,
-    SerializerFunctionWrapHandler,
-    model_serializer,
 )
 
 from loadgen.envelope import FailureClass
@@ -47,6 +45,7 @@ from probes.server_histogram import Histogram
 from soak.record import lenient
 from soak.record.events import Event
 from soak.record.journal import read_jsonl
+from soak.record.shape import AbsentUnlessSet
 from soak.record.telemetry import ClientProcessSample, ServerProcessSample, SystemSample
 
 
@@ -62,7 +61,7 @@ class JournalLine(BaseModel):
 # --- requests.jsonl ------------------------------------------------------------------------
 
 
-class RequestLine(JournalLine):
+class RequestLine(JournalLine, AbsentUnlessSet):
     """One line of ``requests.jsonl`` (:func:`soak.record.journal.request_line`): times in
     seconds since the run's monotonic origin (``sent_s``, ``end_s``), durations in seconds
     from ``sent`` (``ttfb_s``, ``ttft_s``, ``first_content_s``, ``e2e_s``). ``None``: it
@@ -99,14 +98,6 @@ class RequestLine(JournalLine):
     sanity: list[str] = Field(default_factory=list)
     """The sanity flags of a completed response (``loadgen.sanity.SanityFlag``); written
     only when there is one."""
-
-    @model_serializer(mode="wrap")
-    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Dumped as ``request_line`` writes it: ``sanity`` only when it was given."""
-        out: dict[str, Any] = handler(self)
-        for name in self.absent_unless_set - self.model_fields_set:
-            out.pop(name, None)
-        return out
 
 
 # --- events.jsonl: the data of the kinds recover and verify read ----------------------------

@@ -249,6 +249,8 @@ def finalize_run(parts: RunParts, tick: SnapshotTick, timing: LoadTiming | None)
         status=status.value,
     )
     st.phases[-1].end_s = st.now_s()
+    if endurance is not None:  # the last snapshot shows the record's judgement
+        tick.windows.final_view(endurance, verdict.thresholds)
     tick.write(status=status.value, reasons=verdict.reasons)
     reasons = _close_journals(parts, verdict.reasons)
     faults = faults_from_events(

@@ -18,13 +18,16 @@ from collections.abc import Callable
 import orjson
 
 from loadgen.live import SecondsFold, ThroughputView
+from soak.judge.endurance_verdict import endurance_view
 from soak.record.endurance import (
     WINDOWS_SCHEMA_VERSION,
+    Endurance,
     EnduranceView,
     WarmupInfo,
     WindowFigures,
 )
 from soak.record.journal import JsonlWriter
+from soak.record.sections import ThresholdState
 from soak.record.snapshot import Snapshot
 from soak.record.windows import (
     GaugeWindow,
@@ -207,6 +210,13 @@ class WindowTick:
             print(f"soaktop runner: {words}", file=sys.stderr)
             if words not in self.state.internal_errors:
                 self.state.internal_errors.append(words)
+
+    def final_view(self, endurance: Endurance, states: list[ThresholdState]) -> None:
+        """At the end: the view of the record's judgement (its drift and leak states)."""
+        trend = [s for s in states if s.metric.startswith(("drift.", "leak."))]
+        last = next((w for w in reversed(self.windows) if w.kind == "load"), None)
+        self.view = endurance_view(endurance, trend, last=last)
+        self.view.baseline = list(endurance.baseline)
 
     def warmup_info(self) -> WarmupInfo | None:
         """The warm-up as the record labels it."""

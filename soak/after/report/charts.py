@@ -168,19 +168,7 @@ def figure(chart: str, title: str, unit: str, series: RunSeries) -> dict[str, An
             trace["yaxis"] = "y2"
         data.append(trace)
     shapes, notes = decorations(series)
-    layout: dict[str, Any] = {
-        "title": {"text": esc(title), "x": 0.01, "font": {"size": 15}},
-        "height": 360,
-        "margin": {"l": 64, "r": 64, "t": 56, "b": 80},
-        "xaxis": {"title": {"text": "seconds since the run started"}, "zeroline": False},
-        "yaxis": {"title": {"text": esc(unit)}, "rangemode": "tozero"},
-        "legend": {"orientation": "h", "y": -0.3, "yanchor": "top"},
-        "hovermode": "x unified",
-        "shapes": shapes,
-        "annotations": notes,
-        "paper_bgcolor": PAPER,
-        "plot_bgcolor": PAPER,
-    }
+    layout = time_layout(esc(title), esc(unit), 360, shapes, notes)
     if series.end_t:
         layout["xaxis"]["range"] = [0, series.end_t]
     if any("yaxis" in t for t in data):
@@ -206,3 +194,22 @@ def figures(
         title = title.replace("per window", f"per {span}")
         out.append((cid, title, figure(cid, title, unit, series), why))
     return out
+
+
+def time_layout(
+    title: str, unit: str, height: int, shapes: list[Any], notes: list[Any]
+) -> dict[str, Any]:
+    """The layout of a chart over the run's clock (``title`` and ``unit`` escaped)."""
+    return {
+        "title": {"text": title, "x": 0.01, "font": {"size": 15}},
+        "height": height,
+        "margin": {"l": 64, "r": 64, "t": 56, "b": 80},
+        "xaxis": {"title": {"text": "seconds since the run started"}, "zeroline": False},
+        "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
+        "legend": {"orientation": "h", "y": -0.3, "yanchor": "top"},
+        "hovermode": "x unified",
+        "shapes": shapes,
+        "annotations": notes,
+        "paper_bgcolor": PAPER,
+        "plot_bgcolor": PAPER,
+    }

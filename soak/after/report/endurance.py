@@ -34,11 +34,11 @@ from soak.after.endurance_table import (
 )
 from soak.after.record_view import read_leniently
 from soak.after.report.charts import esc as label
+from soak.after.report.charts import time_layout
 from soak.after.report.palette import (
     BASELINE_COLOUR,
     END_COLOUR,
     MUTED,
-    PAPER,
     SERIES_COLOURS,
     SEVERITY_COLOURS,
 )
@@ -265,19 +265,7 @@ def window_figure(
     if not data:
         return None
     shapes, notes = marks(windows, e, tuple(t[1] for t in traces), clock.load_from)
-    layout: dict[str, Any] = {
-        "title": {"text": label(title), "x": 0.01, "font": {"size": 15}},
-        "height": 340,
-        "margin": {"l": 64, "r": 64, "t": 56, "b": 80},
-        "xaxis": {"title": {"text": "seconds since the run started"}, "zeroline": False},
-        "yaxis": {"title": {"text": label(unit)}, "rangemode": "tozero"},
-        "legend": {"orientation": "h", "y": -0.3, "yanchor": "top"},
-        "hovermode": "x unified",
-        "shapes": shapes,
-        "annotations": notes,
-        "paper_bgcolor": PAPER,
-        "plot_bgcolor": PAPER,
-    }
+    layout = time_layout(label(title), label(unit), 340, shapes, notes)
     layout["xaxis"]["range"] = [0, max(clock.end_t or 0.0, windows[-1].end_s)]
     if any("yaxis" in t for t in data):
         layout["yaxis2"] = {
