@@ -1,28 +1,57 @@
-"""Robust trends over a window series: Theil–Sen, Mann–Kendall and a change point.
+"""Robust trends over a window series: Mann–Kendall, Theil–Sen and the guards that
+keep noise from reading as a trend.
 
-A soak's figures are noisy window to window (request mix, batching, GC), so a drift or a
-leak is judged on rank statistics that a few wild windows cannot swing:
+A soak's figures are noisy window to window (request mix, batching, GC, tokens counted
+when a request ends), so a drift or a leak is judged on rank statistics that a few wild
+windows cannot swing. A trend counts (``rising``/``falling``) only when
 
-- **Mann–Kendall** (``S = Σ sign(yⱼ − yᵢ)`` over pairs i < j) tests for a monotone trend;
-  its variance is corrected for ties (a failure rate that is mostly 0) and, after
-  Yue & Wang (2004), inflated for the lag-1 autocorrelation of the residuals (a slowly
-  wandering gauge looks like a trend to the plain test). The residuals are taken against the best
-  change-point fit below, not a straight line, so a real step does not read as
-  autocorrelated noise and hide itself. The inflation is never below 1: the correction
-  only ever makes the test more careful.
-- **Theil–Sen**: the slope is the median of the pairwise slopes; its 95 % interval is
-  Sen's (1968), the order statistics of the pairwise slopes at ``(N ∓ z·√Var S) / 2``.
-- **Change point**: the onset of the change, as the best least-squares fit of two
-  shapes over every candidate window: a *hinge* (flat, then linear from the knot; a knot
-  at the first point is a straight line) and a *step* (one level, then another); a
-  straight line unless a placed change pays for itself (BIC). Positive series are fit
-  with weights 1/level² (noise in proportion to the level: relative_weights).
+1. **Sen's 95 % interval** of the Theil–Sen slope (the median of the pairwise slopes;
+   Sen 1968) excludes zero (an end exactly at zero is allowed: the ties of a step up
+   from a run of zeros put it there), and
+2. **Mann–Kendall** (``S = Σ sign(yⱼ − yᵢ)`` over pairs i < j, variance corrected for
+   ties and autocorrelation) finds the monotone trend at p < :data:`ALPHA` (0.001) and
+   the change is **clear of the noise** by :data:`NOISE_Z` (3) standard errors — or,
+   over :data:`LARGE_MIN_POINTS` (12) points or more, at p < :data:`ALPHA_LARGE` (0.01)
+   for a change :data:`NOISE_Z_LARGE` (6) standard errors clear. Clear of the noise
+   (:func:`noise_z`): the medians of the first and the last few points (the judge's
+   baseline and end) differ by that many standard errors of the window-to-window
+   scatter.
+
+Why these levels. Without the autocorrelation inflation below (which was what hid
+them), large real degradations over few windows pass p < 0.001 easily: ten strictly
+monotone windows give p ≈ 10⁻⁴, and the demo's throughput decay and TTFT creep over
+16 windows give 10⁻⁴ to 10⁻⁶. A looser level for everything buys little and costs
+false alarms: at 0.01, about 1 % of healthy synthetic runs raised one (0.5 % with the
+noise guard). The one shape the strict level cannot see over few windows is a step:
+Mann–Kendall counts ordered pairs, and 16 windows that jump after the 7th (answers
+that turn to garbage at a moment, after a run of zeros) reach p ≈ 0.004 at best. Such
+a change is huge against the scatter, hence the second door (not under 12 points: the
+scatter of 7–10 differences is itself too uncertain to be 6 standard errors from
+anything). The noise guard catches what the test's own level lets through (a noisy run
+that happens to slope), and the judge adds each figure's materiality floor and the
+policy's bound (``soak.judge.trend_metrics``). Calibration:
+``tests/core/test_endurance.py``.
+
+Autocorrelation. A slowly wandering gauge looks like a trend to the plain test; after
+Yue & Wang (2004) the variance of S is inflated by ``1 + 2 Σₖ (1 − k/n) ρᵏ`` for the
+lag-1 rank autocorrelation ρ of the series' residuals about its trend. Two things make
+that estimate mislead on short series, and both are handled:
+
+- on ~10 residuals ρ is noise (its standard error is about 1/√n ≈ 0.3) and biased low,
+  so it is estimated only from :data:`AUTOCORRELATION_MIN_POINTS` (24) points, with the
+  small-sample correction ρ̂ = (nr + 1)/(n − 4) and capped at :data:`RHO_MAX`;
+- the residuals are taken about the **isotonic** (monotone, pool-adjacent-violators)
+  fit in the trend's direction, not a straight line or a hinge: a curved monotone trend
+  (a decay as 1/(1 + kt), a rise that stops at a cap) leaves a line's residuals
+  autocorrelated by construction, and the correction then hid the very trend it was
+  testing. About a monotone fit such a trend leaves white residuals; a wandering gauge,
+  which no monotone curve follows, keeps most of its autocorrelation.
 
 Cost is quadratic in the points (pairwise slopes), and this runs for every figure each
 time a window closes, live. Beyond :data:`MAX_POINTS` points the series is cut into that
 many contiguous blocks, each one point (its mean time, its median value): a trend over
-more windows than that is the same trend, and a change point is then placed to within a
-block. At 300 points a figure costs a few milliseconds.
+more windows than that is the same trend, and a change point
+(:mod:`soak.judge.change_point`) is then placed to within a block.
 """
 
 from __future__ import annotations
@@ -35,18 +64,40 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from soak.judge.change_point import ChangePoint, Floats, change_point, isotonic, relative_weights
 from soak.record.endurance import Trend
-
-Floats = npt.NDArray[np.float64]
 
 MAX_POINTS = 300
 """Points beyond which the series is reduced to block medians (see the module docstring)."""
 ALPHA = 0.001
-"""The two-sided level at which Mann–Kendall's trend is significant. Stricter than the
-usual 0.05: a soak judges some two dozen figures at every window, and an alarm must mean
-something."""
+"""The two-sided level at which Mann–Kendall's trend is significant (see the module
+docstring)..."""
+ALPHA_LARGE = 0.01
+"""...and the level for a change at least :data:`NOISE_Z_LARGE` standard errors clear of
+the noise."""
 Z_95 = 1.959963984540054
 """The standard normal quantile of 0.975 (Sen's 95 % interval)."""
+AUTOCORRELATION_MIN_POINTS = 24
+"""Points from which the lag-1 autocorrelation is estimated (below, no correction)."""
+RHO_MAX = 0.9
+"""The largest lag-1 autocorrelation the correction assumes (an inflation of about 16 at
+60 points): beyond it the small-sample correction would extrapolate."""
+NOISE_Z = 3.0
+"""Standard errors of the scatter by which the ends' medians must differ (guard 3)..."""
+NOISE_Z_LARGE = 6.0
+"""...and by which they differ in a change judged at :data:`ALPHA_LARGE`..."""
+LARGE_MIN_POINTS = 12
+"""...over at least this many points (the scatter then rests on 11 differences or more)."""
+END_MIN, END_MAX = 3, 10
+"""The points at each end the noise guard compares (and the judge's baseline and end)."""
+_MEDIAN_SE = math.sqrt(math.pi / 2.0)
+"""The standard error of a median of k normal values is about √(π/2)·σ/√k."""
+
+
+def end_size(n: int) -> int:
+    """The points at each end: n // 6, held to :data:`END_MIN`…:data:`END_MAX` (a tenth
+    to a sixth of the run, at most 10)."""
+    return max(END_MIN, min(END_MAX, n // 6))
 
 
 @dataclass(frozen=True)
@@ -57,16 +108,6 @@ class MannKendall:
     var_s: float
     z: float
     p: float
-
-
-@dataclass(frozen=True)
-class ChangePoint:
-    """Where a change began: ``onset`` in the series' time unit, and the shape that fit."""
-
-    onset: float
-    shape: Literal["hinge", "step"]
-    index: int
-    """The first point of the changed part (the knot, or the first after the step)."""
 
 
 def bounded(t: Floats, y: Floats, cap: int = MAX_POINTS) -> tuple[Floats, Floats]:
@@ -93,12 +134,36 @@ def _pairs(n: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     return np.triu_indices(n, k=1)
 
 
-def pairwise_slopes(t: Floats, y: Floats) -> Floats:
-    """Every (yⱼ − yᵢ) / (tⱼ − tᵢ) for i < j with tⱼ ≠ tᵢ."""
-    i, j = _pairs(len(t))
-    dt = t[j] - t[i]
+@functools.lru_cache(maxsize=8)
+def _upper(n: int) -> npt.NDArray[np.intp]:
+    """The flat indices of the pairs i < j in an n × n matrix, row by row."""
+    i, j = _pairs(n)
+    flat: npt.NDArray[np.intp] = i * n + j
+    return flat
+
+
+def _differences(y: Floats) -> Floats:
+    """Every yⱼ − yᵢ for i < j (one gather from the matrix of differences)."""
+    d: Floats = (y[None, :] - y[:, None]).ravel()[_upper(len(y))]
+    return d
+
+
+@functools.lru_cache(maxsize=4)
+def _time_gaps(times: bytes) -> Floats:
+    """Every tⱼ − tᵢ for i < j of the times packed in ``times`` (cached: the figures of
+    one judgement share their windows' times)."""
+    gaps = _differences(np.frombuffer(times, dtype=np.float64))
+    gaps.setflags(write=False)  # shared by every caller: nobody may change it
+    return gaps
+
+
+def pairwise_slopes(t: Floats, y: Floats, dy: Floats | None = None) -> Floats:
+    """Every (yⱼ − yᵢ) / (tⱼ − tᵢ) for i < j with tⱼ ≠ tᵢ (``dy``: the differences of
+    ``y`` when already taken)."""
+    dt = _time_gaps(np.ascontiguousarray(t, dtype=np.float64).tobytes())
+    dy = _differences(y) if dy is None else dy
     keep = dt != 0
-    slopes: Floats = (y[j][keep] - y[i][keep]) / dt[keep]
+    slopes: Floats = dy[keep] / dt[keep] if not bool(keep.all()) else dy / dt
     return slopes
 
 
@@ -119,29 +184,37 @@ def average_ranks(x: Floats) -> Floats:
 
 
 def autocorrelation_inflation(residuals: Floats) -> float:
-    """The variance inflation n/n* = 1 + 2 Σₖ (1 − k/n) ρ₁ᵏ of an AR(1) series with the
-    residuals' lag-1 rank autocorrelation ρ₁ (Yue & Wang 2004); 1 when ρ₁ ≤ 0 or under
-    8 points, never below 1."""
+    """The variance inflation n/n* = 1 + 2 Σₖ (1 − k/n) ρᵏ of an AR(1) series (Yue & Wang
+    2004), ρ the residuals' lag-1 rank autocorrelation r corrected for its small-sample
+    bias, (nr + 1)/(n − 4), and held to :data:`RHO_MAX`; 1 when ρ ≤ 0 or under
+    :data:`AUTOCORRELATION_MIN_POINTS` points (see the module docstring), never below 1."""
     n = len(residuals)
-    if n < 8:
+    if n < AUTOCORRELATION_MIN_POINTS:
         return 1.0
     ranks = average_ranks(residuals)
     ranks -= ranks.mean()
     denom = float(np.dot(ranks, ranks))
     if denom == 0:
         return 1.0
-    rho = float(np.dot(ranks[:-1], ranks[1:])) / denom
+    r = float(np.dot(ranks[:-1], ranks[1:])) / denom
+    rho = min((n * r + 1.0) / (n - 4.0), RHO_MAX)
     if rho <= 0:
         return 1.0
     k = np.arange(1, n, dtype=np.float64)
     return max(1.0, 1.0 + 2.0 * float(np.sum((1.0 - k / n) * rho**k)))
 
 
-def mann_kendall(y: Floats, inflation: float = 1.0) -> MannKendall:
+def kendall_s(y: Floats, dy: Floats | None = None) -> float:
+    """Mann–Kendall's S = Σ sign(yⱼ − yᵢ) over the pairs i < j of ``y`` (in time order;
+    ``dy``: those differences when already taken)."""
+    return float(np.sum(np.sign(_differences(y) if dy is None else dy)))
+
+
+def mann_kendall(y: Floats, inflation: float = 1.0, s: float | None = None) -> MannKendall:
     """The Mann–Kendall test of ``y`` (in time order), ties corrected, its variance
-    multiplied by ``inflation`` (:func:`autocorrelation_inflation`)."""
-    i, j = _pairs(len(y))
-    s = float(np.sum(np.sign(y[j] - y[i])))
+    multiplied by ``inflation`` (:func:`autocorrelation_inflation`); ``s``: its S when
+    already counted (:func:`kendall_s`)."""
+    s = kendall_s(y) if s is None else s
     var_s = tie_corrected_variance(y) * inflation
     if var_s <= 0:
         return MannKendall(s=s, var_s=0.0, z=0.0, p=1.0)
@@ -152,108 +225,48 @@ def mann_kendall(y: Floats, inflation: float = 1.0) -> MannKendall:
 def sen_interval(slopes: Floats, var_s: float, z: float = Z_95) -> tuple[float, float]:
     """Sen's interval of the Theil–Sen slope: the pairwise slopes of rank
     ``(N − z√Var S)/2`` and ``(N + z√Var S)/2 + 1`` (clamped to the ends)."""
+    lo, _, hi = _slope_and_interval(slopes, var_s, z)
+    return lo, hi
+
+
+def _slope_and_interval(
+    slopes: Floats, var_s: float, z: float = Z_95
+) -> tuple[float, float, float]:
+    """Sen's interval and, between, the median slope (Theil–Sen's), from one partition:
+    a few order statistics, not a sort (this runs per figure at every window close)."""
     n = len(slopes)
-    ordered = slopes if _is_sorted(slopes) else np.sort(slopes)
     c = z * math.sqrt(max(var_s, 0.0))
     lo = min(max(round((n - c) / 2.0), 1), n)
     hi = min(max(round((n + c) / 2.0) + 1, 1), n)
-    return float(ordered[lo - 1]), float(ordered[hi - 1])
+    mid = sorted({(n - 1) // 2, n // 2})
+    ordered = np.partition(slopes, sorted({lo - 1, hi - 1, *mid}))
+    median = float(np.mean(ordered[mid]))
+    return float(ordered[lo - 1]), median, float(ordered[hi - 1])
 
 
-def _is_sorted(a: Floats) -> bool:
-    return bool(np.all(a[:-1] <= a[1:]))
+def noise_sd(y: Floats) -> float:
+    """The scatter of one window about the local level: the robust spread of the first
+    differences, 1.4826 · MAD(Δy) / √2. Differences cancel a slow trend, and the median
+    shrugs off the one big difference of a step, so a trend does not count as noise."""
+    if len(y) < 3:
+        return 0.0
+    d = np.diff(y)
+    return 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2.0)
 
 
-def change_point(t: Floats, y: Floats, w: Floats | None = None) -> ChangePoint | None:
-    """The onset of the change in ``y``: the best (weighted) least-squares hinge or step
-    over every candidate point (None under 4 points). A hinge's onset is its knot; a
-    step's is halfway between the last point before it and the first after. A straight
-    line (a knot at the first point: monotone from the start) wins unless the better fit
-    pays for its placed change, by BIC: n·ln(SSE_line / SSE) > 2·ln n (the change's
-    level or slope, and where it is, as two more parameters)."""
-    n = len(t)
-    if n < 4:
-        return None
-    w = np.ones(n) if w is None else w
-    hinge_k, hinge_sse, line_sse = _best_hinge(t, y, w)
-    step_k, step_sse = _best_step(y, w)
-    best_sse = min(hinge_sse, step_sse)
-    yc = y - float(np.dot(w, y)) / float(w.sum())
-    tiny = 1e-12 * max(float(np.dot(w, yc * yc)), 1e-300)
-    if n * math.log((line_sse + tiny) / (best_sse + tiny)) <= 2.0 * math.log(n):
-        return ChangePoint(onset=float(t[0]), shape="hinge", index=0)
-    if step_sse < hinge_sse:
-        return ChangePoint(
-            onset=float((t[step_k - 1] + t[step_k]) / 2.0), shape="step", index=step_k
-        )
-    return ChangePoint(onset=float(t[hinge_k]), shape="hinge", index=hinge_k)
-
-
-def relative_weights(t: Floats, y: Floats) -> Floats | None:
-    """Weights 1/level² from a first, unweighted change-point fit, for a positive
-    series: latencies and rates are noisy in proportion to their level, and unweighted
-    least squares would let the loudest windows (a TTFT at 15 s against 0.5 s) place
-    the change alone. None for a series that is not positive."""
-    if len(y) < 4 or not bool(np.all(y > 0)):
-        return None
-    level = y - _residuals(t, y, change_point(t, y))
-    floor = 1e-3 * float(np.median(y))
-    weights: Floats = 1.0 / np.maximum(level, floor) ** 2
-    return weights
-
-
-def _best_hinge(t: Floats, y: Floats, w: Floats) -> tuple[int, float, float]:
-    """The knot (index) whose flat-then-linear fit leaves the least weighted squared
-    error, that error, and the straight line's (the knot at the first point); the knot
-    leaves at least two points after it."""
-    total = float(w.sum())
-    knots = t[: len(t) - 2]
-    x = np.maximum(0.0, t[None, :] - knots[:, None])
-    xc = x - ((x @ w) / total)[:, None]
-    yc = y - float(np.dot(w, y)) / total
-    sxx = (xc * xc) @ w
-    sxy = xc @ (w * yc)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        explained = np.where(sxx > 0, sxy * sxy / sxx, 0.0)
-    # Cancellation can leave a hair below zero on an exact fit.
-    sse = np.maximum(float(np.dot(w, yc * yc)) - explained, 0.0)
-    k = int(np.argmin(sse))
-    return k, float(sse[k]), float(sse[0])
-
-
-def _best_step(y: Floats, w: Floats) -> tuple[int, float]:
-    """The first index of the second level whose two-level fit leaves the least
-    weighted squared error; each level holds at least two points."""
-    n = len(y)
-    cw, cwy, cwy2 = np.cumsum(w), np.cumsum(w * y), np.cumsum(w * y * y)
-    k = np.arange(2, n - 1)
-    wl, sl, ql = cw[k - 1], cwy[k - 1], cwy2[k - 1]
-    wr, sr, qr = cw[-1] - wl, cwy[-1] - sl, cwy2[-1] - ql
-    # Each level's weighted squared error: Σw·y² − (Σw·y)²/Σw.
-    sse = np.maximum((ql - sl * sl / wl) + (qr - sr * sr / wr), 0.0)
-    best = int(np.argmin(sse))
-    return int(k[best]), float(sse[best])
-
-
-def _line_residuals(x: Floats, y: Floats) -> Floats:
-    """``y`` less its least-squares line over ``x`` (less its mean when ``x`` is flat)."""
-    xc = x - x.mean()
-    sxx = float(np.dot(xc, xc))
-    slope = float(np.dot(xc, y - y.mean())) / sxx if sxx > 0 else 0.0
-    out: Floats = y - y.mean() - slope * xc
-    return out
-
-
-def _residuals(t: Floats, y: Floats, cp: ChangePoint | None) -> Floats:
-    """``y`` less its best change-point fit (a straight line without one)."""
-    if cp is None:
-        return _line_residuals(t, y)
-    if cp.shape == "step":
-        fit: Floats = np.where(
-            np.arange(len(y)) < cp.index, y[: cp.index].mean(), y[cp.index :].mean()
-        )
-        return y - fit
-    return _line_residuals(np.maximum(0.0, t - t[cp.index]), y)
+def noise_z(y: Floats, ends: int) -> float:
+    """How far apart the medians of the first and the last ``ends`` values are, in
+    standard errors of that difference under no trend: √(π/2)·σ·√(2/ends), σ from
+    :func:`noise_sd`. A positive series is compared in logarithms (its noise is in
+    proportion to its level); a series without scatter (σ = 0) that moved is infinitely
+    far (a gauge that only steps)."""
+    x = np.log(y) if bool(np.all(y > 0)) else y
+    b = max(1, min(ends, len(x) // 2))
+    change = abs(float(np.median(x[-b:])) - float(np.median(x[:b])))
+    se = _MEDIAN_SE * noise_sd(x) * math.sqrt(2.0 / b)
+    if change == 0:
+        return 0.0
+    return change / se if se > 0 else math.inf
 
 
 @dataclass(frozen=True)
@@ -267,28 +280,40 @@ class TrendFit:
     """Theil–Sen's intercept (median of yᵢ − slope·tᵢ), in the figure's unit."""
 
 
-def fit_trend(t_s: Floats, y: Floats, *, min_points: int, alpha: float = ALPHA) -> TrendFit:
+def fit_trend(
+    t_s: Floats,
+    y: Floats,
+    *,
+    min_points: int,
+    alpha: float = ALPHA,
+    ends: int | None = None,
+    reciprocal: bool = False,
+) -> TrendFit:
     """The trend of ``y`` over times ``t_s`` (seconds): Theil–Sen slope per hour with
     Sen's 95 % interval, Mann–Kendall (ties and autocorrelation corrected) and the
-    direction — ``rising``/``falling`` only when p < ``alpha`` and the interval excludes
-    zero; ``unknown`` under ``min_points``. Bounded to :data:`MAX_POINTS` points."""
+    direction — ``rising``/``falling`` only when p < ``alpha``, the interval excludes
+    zero and the change is clear of the noise over ``ends`` points at each end (default
+    :func:`end_size`); ``unknown`` under ``min_points``. Its change point only for such
+    a trend (nothing began otherwise), fit to 1/y when ``reciprocal`` (a throughput: a
+    slowing engine adds time per token, so a decay as 1/(1 + kt) is a hinge there).
+    Bounded to :data:`MAX_POINTS` points."""
     n = len(y)
     if n < max(min_points, 3):
         return TrendFit(trend=Trend(n=n), change=None)
-    t, v = bounded(np.asarray(t_s, dtype=np.float64), np.asarray(y, dtype=np.float64))
-    slopes = np.sort(pairwise_slopes(t, v))
-    slope = float(np.median(slopes))
-    cp = change_point(t, v, relative_weights(t, v))
-    residuals = _residuals(t, v, cp)
-    # An exact fit leaves rounding dust, whose "autocorrelation" means nothing.
-    exact = np.ptp(residuals) <= 1e-9 * max(float(np.ptp(v)), 1e-300)
-    mk = mann_kendall(v, 1.0 if exact else autocorrelation_inflation(residuals))
-    lo, hi = sen_interval(slopes, mk.var_s)
+    raw = np.asarray(y, dtype=np.float64)
+    t, v = bounded(np.asarray(t_s, dtype=np.float64), raw)
+    dy = _differences(v)
+    s = kendall_s(v, dy)
+    mk = mann_kendall(v, _inflation(v, rising=s >= 0), s)
+    lo, slope, hi = _slope_and_interval(pairwise_slopes(t, v, dy), mk.var_s)
     direction: Literal["rising", "falling", "flat"] = "flat"
-    if mk.p < alpha and lo > 0:
-        direction = "rising"
-    elif mk.p < alpha and hi < 0:
-        direction = "falling"
+    # An interval end exactly at zero is the ties' (a step up from a run of zeros).
+    way = 1.0 if lo >= 0 < hi else (-1.0 if hi <= 0 > lo else 0.0)
+    if way != 0 and mk.p < ALPHA_LARGE:
+        z = noise_z(raw, ends or end_size(n))
+        large = z >= NOISE_Z_LARGE and n >= LARGE_MIN_POINTS
+        if (mk.p < alpha and z >= NOISE_Z) or large:
+            direction = "rising" if way > 0 else "falling"
     trend = Trend(
         n=n,
         slope_per_h=slope * 3600.0,
@@ -298,4 +323,20 @@ def fit_trend(t_s: Floats, y: Floats, *, min_points: int, alpha: float = ALPHA) 
         mk_p=mk.p,
         direction=direction,
     )
+    cp = None
+    if direction != "flat":
+        fit_to = 1.0 / v if reciprocal and bool(np.all(v > 0)) else v
+        cp = change_point(t, fit_to, relative_weights(t, fit_to))
     return TrendFit(trend=trend, change=cp, intercept=float(np.median(v - slope * t)))
+
+
+def _inflation(v: Floats, *, rising: bool) -> float:
+    """The autocorrelation inflation of ``v`` about its isotonic fit in the direction
+    of its trend (see the module docstring)."""
+    if len(v) < AUTOCORRELATION_MIN_POINTS:
+        return 1.0
+    residuals = v - isotonic(v, increasing=rising)
+    # An exact fit leaves rounding dust, whose "autocorrelation" means nothing.
+    if np.ptp(residuals) <= 1e-9 * max(float(np.ptp(v)), 1e-300):
+        return 1.0
+    return autocorrelation_inflation(residuals)

@@ -9,14 +9,18 @@ import time
 import numpy as np
 import pytest
 
+from soak.judge.change_point import change_point, isotonic
 from soak.judge.trend import (
     ALPHA,
+    AUTOCORRELATION_MIN_POINTS,
     MAX_POINTS,
+    NOISE_Z,
+    NOISE_Z_LARGE,
     autocorrelation_inflation,
     bounded,
-    change_point,
     fit_trend,
     mann_kendall,
+    noise_z,
     pairwise_slopes,
     sen_interval,
     tie_corrected_variance,
@@ -146,3 +150,87 @@ def test_long_series_are_reduced_to_block_medians_and_stay_cheap():
     assert fit.trend.n == 2000 and fit.trend.direction == "rising"
     assert fit.trend.slope_per_h == pytest.approx(60.0, rel=0.05)  # one per minute
     assert elapsed < 2.0  # a few ms on an idle core; generous for a loaded CI box
+
+
+# --- short series, curved trends, steps and the noise guard ----------------------------
+
+
+def test_a_short_curved_decline_is_a_trend_without_an_autocorrelation_penalty():
+    # Ten windows of a throughput falling as 1/(1 + kt): nothing to estimate a lag-1
+    # autocorrelation from, so none is assumed, and Mann–Kendall alone says p ≈ 1e-4.
+    t = minutes(10)
+    fit = fit_trend(t, 1.0 / (1.0 + 0.1 * np.arange(10.0)), min_points=8)
+    assert fit.trend.direction == "falling" and fit.trend.mk_p is not None
+    assert fit.trend.mk_p < 2e-4
+    assert autocorrelation_inflation(np.cumsum(np.ones(AUTOCORRELATION_MIN_POINTS - 1))) == 1.0
+
+
+def test_a_curved_or_capped_trend_is_not_read_as_autocorrelated_noise():
+    """About a straight line, a decay that flattens or a rise that stops at a cap leaves
+    residuals that wander by construction; about the monotone fit they are white, and
+    the trend keeps its significance."""
+    rng = np.random.default_rng(1)
+    n = 60
+    t, k = minutes(n), np.arange(n)
+    decay = 1.0 / (1.0 + 0.015 * np.maximum(k - 15, 0)) * rng.lognormal(0.0, 0.05, n)
+    capped = 100.0 + 50.0 * np.clip((k - 15) / 15, 0, 1) + rng.normal(0.0, 3.0, n)
+    for y, way in ((decay, "falling"), (capped, "rising")):
+        line = y - np.polyval(np.polyfit(t, y, 1), t)
+        about_fit = y - isotonic(y, increasing=way == "rising")
+        assert autocorrelation_inflation(about_fit) < 1.5 < autocorrelation_inflation(line)
+        assert fit_trend(t, y, min_points=8).trend.direction == way
+
+
+def test_a_step_from_a_run_of_zeros_is_a_trend_with_its_step():
+    # Sixteen windows of flagged answers: none for seven, then most. Mann–Kendall cannot
+    # go below p ≈ 0.004 here, and Sen's interval ends exactly at 0 (the tied zeros):
+    # the change is far clear of the scatter, so the second door takes it.
+    rng = np.random.default_rng(4)
+    t = minutes(16)
+    y = np.r_[np.zeros(7), 0.7 * rng.lognormal(0.0, 0.1, 9)]
+    fit = fit_trend(t, y, min_points=8)
+    assert fit.trend.mk_p is not None and 0.001 < fit.trend.mk_p < 0.01
+    assert fit.trend.slope_lo_per_h == 0.0 and fit.trend.direction == "rising"
+    assert fit.change is not None and fit.change.shape == "step" and fit.change.index == 7
+    assert noise_z(y, 3) >= NOISE_Z_LARGE
+    # Over 10 windows the same step is left to the load's own sanity reason.
+    assert fit_trend(t[6:], y[6:], min_points=8).trend.direction == "flat"
+
+
+def test_a_slope_the_scatter_explains_is_not_a_trend_however_many_windows_agree():
+    rng = np.random.default_rng(2)
+    y = 100.0 + rng.normal(0.0, 10.0, 300) + np.linspace(0.0, 4.0, 300)
+    fit = fit_trend(minutes(300), y, min_points=8)
+    assert fit.trend.direction == "flat" and noise_z(y, 10) < NOISE_Z
+    assert fit.change is None  # nothing began
+
+
+def test_a_ramp_that_begins_between_two_windows_is_placed_between_them():
+    t = minutes(30)
+    ramp = 10.0 + np.maximum(0.0, t - (t[12] + 30.0)) / 60.0  # from the end of window 12
+    cp = change_point(t, ramp)
+    assert cp is not None and cp.shape == "hinge" and cp.onset == pytest.approx(t[12] + 30.0)
+
+
+def test_a_throughput_decay_is_placed_from_its_reciprocal():
+    # Time per token growing linearly from 30 s: throughput falls as 1/(1 + kt), a curve
+    # whose best hinge as it is lands early; its reciprocal is the hinge itself.
+    t = 10.5 + 5.0 * np.arange(16.0)
+    y = 400.0 / (1.0 + 0.015 * np.maximum(t - 32.0, 0.0))
+    plain = fit_trend(t, y, min_points=8)
+    fit = fit_trend(t, y, min_points=8, reciprocal=True)
+    assert fit.change is not None and plain.change is not None
+    assert abs(fit.change.onset - 32.0) < abs(plain.change.onset - 32.0)
+    assert 28.0 <= fit.change.onset < 38.0  # the window holding the onset, or the next
+
+
+def test_isotonic_pools_adjacent_violators():
+    assert isotonic(np.array([1.0, 3.0, 2.0, 4.0, 3.0, 5.0])).tolist() == [
+        1.0,
+        2.5,
+        2.5,
+        3.5,
+        3.5,
+        5.0,
+    ]
+    assert isotonic(np.array([3.0, 1.0, 2.0]), increasing=False).tolist() == [3.0, 1.5, 1.5]
