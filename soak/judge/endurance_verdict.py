@@ -67,6 +67,12 @@ def endurance_reasons(e: Endurance | None, states: Sequence[ThresholdState]) -> 
                 message=f"endurance not judged ({e.not_judged_why}): no drift or leak verdict",
             )
         )
+    if e is not None and e.judged:  # rises from the start of a short run: said, not judged
+        out += [
+            Reason(code="endurance_unsettled", effect="note", message=leak.words)
+            for leak in e.leaks
+            if leak.unsettled
+        ]
     return out
 
 

@@ -138,26 +138,46 @@ def resource_words(resource: str) -> str:
     return FIGURES[LEAKS[resource]].words
 
 
-def leak_words(f: LeakFinding, how: str) -> str:
-    """A leak finding in words; ``how`` is the judge's shape: ``leak``, ``returned``,
-    ``levelled``, ``small`` or ``flat``."""
+def leak_words(f: LeakFinding, how: str, since: str | None = None) -> str:
+    """A leak finding in words; ``how`` is the judge's shape: ``leak``, ``capped``,
+    ``returned``, ``levelled``, ``small`` or ``flat``; ``since``: when a leak began."""
     what = resource_words(f.resource)
     assert f.rate_per_h is not None and f.first is not None and f.last is not None
     rate = rate_words(f.resource, f.rate_per_h)
     first, last = resource_value(f.resource, f.first), resource_value(f.resource, f.last)
     peak = resource_value(f.resource, f.peak if f.peak is not None else f.last)
     p = p_words(f.mk_p)
-    if how == "leak":
+    began = f" since {since}" if since else ""
+    if how in ("leak", "capped"):
         lo = rate_words(f.resource, f.rate_lo_per_h or 0.0).split(" ")[0].removesuffix("%/h")
         hi = rate_words(f.resource, f.rate_hi_per_h or 0.0).split(" ")[0].removesuffix("%/h")
-        return (
-            f"{what} {rate} (95% CI {lo} to {hi}, {p}): {first} → {last}, peak {peak}, "
-            "never came back"
-        )
+        fit = f"{rate} (95% CI {lo} to {hi}, {p})"
+        if how == "capped":
+            return (
+                f"{what} rose from {first} to {last}{began} after a settled start, then "
+                f"levelled off: never came back ({fit}, peak {peak})"
+            )
+        return f"{what} {fit}{began}: {first} → {last}, peak {peak}, never came back"
     if how == "returned":
         return f"{what} rose to {peak} and came back ({last} at the end): not a leak"
     if how == "levelled":
-        return f"{what} rose from {first} to {last}, then levelled off: not growing at the end"
+        return (
+            f"{what} rose from {first} to {last} as the load began, then levelled off: "
+            "a start-up rise, not a leak"
+        )
     if how == "small":
         return f"{what} {rate} ({p}): {first} → {last}, too little growth to be a leak"
     return f"{what} {rate}, no significant growth ({p})"
+
+
+def unsettled_words(f: LeakFinding, span_s: float, settle_s: float) -> str:
+    """A rise under way from the first judged windows of a run too short to tell a leak
+    from a warm-up."""
+    what = resource_words(f.resource)
+    assert f.first is not None and f.last is not None
+    first, last = resource_value(f.resource, f.first), resource_value(f.resource, f.last)
+    return (
+        f"{what} rose from {first} to {last} from the start of {span_s / 60:.0f} min of "
+        f"judged load: too short to tell a leak from a warm-up (a rise from the start is "
+        f"judged over {settle_s / 60:.0f} min or more; --warmup can cover the warm-up)"
+    )

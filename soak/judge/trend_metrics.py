@@ -16,8 +16,8 @@ drift is significant when Mann–Kendall's trend is significant (``Trend.directi
 the way the change goes, and the change passes the figure kind's materiality floor
 (:data:`DRIFT_FLOOR`): with many windows a tiny slope is "significant" and means nothing.
 A leak is significant when its finding is a ``leak`` (``soak.judge.endurance``: rising,
-material, not returned, not levelled off). A bound tighter than a floor therefore acts
-as the floor.
+material, not returned, not a start-up rise that levelled off). A bound tighter than a
+floor therefore acts as the floor.
 """
 
 from __future__ import annotations

@@ -246,6 +246,9 @@ class LeakFinding(Section):
     returned: bool | None = None
     """The end came back near the baseline after a peak (not a leak)."""
     state: Literal["stable", "leak", "no_data"] = "no_data"
+    unsettled: bool = False
+    """A significant rise under way from the first judged windows of a run too short to
+    tell a leak from a warm-up: ``no_data``, said in the words and a note."""
     words: str = ""
 
 

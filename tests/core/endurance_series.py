@@ -147,3 +147,56 @@ def kv_leak(per_h: float = 0.3) -> Effect:
 def throughput_step(drop: float = 0.25) -> Effect:
     """Output tok/s falling by ``drop`` at the onset and staying there."""
     return lambda h: {"*output_tok_s": np.where(h >= 0, 1.0 - drop, 1.0)}
+
+
+# --- the demo's scenarios, as ``simengine.endurance`` draws them, over 5 s windows -------
+
+DEMO_WINDOW_S = 5
+DEMO_START_S = 3.0
+"""The demo's series origin: the first whole second after the barrier released (≈ 2 s)."""
+DEMO_WINDOWS = 17
+"""90 s of 5 s windows: 17 whole load windows, the first the ramp (16 judged)."""
+
+
+def seconds_after(hours: np.ndarray) -> np.ndarray:
+    """Seconds since the onset, 0 before it."""
+    return after(hours) * 3600.0
+
+
+def demo_decay(per_s: float = 0.015) -> Effect:
+    """throughput-decay: every engine step 1 + 1.5 %/s × t longer, so output tok/s falls
+    as 1/(1 + kt) and ITL/TPOT grow linearly."""
+
+    def effect(h: np.ndarray) -> dict[str, np.ndarray]:
+        stretch = 1.0 + per_s * seconds_after(h)
+        return {"*output_tok_s": 1.0 / stretch, "*itl_p50": stretch, "*tpot_p50": stretch}
+
+    return effect
+
+
+def demo_slow_leak() -> Effect:
+    """slow-leak at the demo's levels: KV usage near 0.3 % with its blocks leaking
+    0.4 %/s × t; a 63 MB server whose collector saws 30 MB every 15 s, holding 4 MB/s × t
+    more; GPU memory at 21,800 MiB, growing with the held MB and the leaked KV blocks; and
+    each prefill waiting 5 ms/s × t longer on a TTFT of about 50 ms."""
+
+    def effect(h: np.ndarray) -> dict[str, np.ndarray]:
+        t = seconds_after(h)
+        sawtooth = 30.0 * ((h * 3600.0 / 15.0) % 1.0)
+        return {
+            "*engine_kv_usage": np.full_like(h, 0.008),
+            "+engine_kv_usage": 0.004 * t,
+            "*server_rss_mb": np.zeros_like(h),
+            "+server_rss_mb": 63.0 + sawtooth + 4.0 * t,
+            "*gpu_memory_used_mib": np.full_like(h, 21_800.0 / 71_000.0),
+            "+gpu_memory_used_mib": 4.0 * t + 0.004 * t * 80_000.0,
+            "*ttft_p99": 1.0 + 0.005 * t / 0.05,
+            "*ttft_p50": 1.0 + 0.005 * t / 0.04,
+        }
+
+    return effect
+
+
+def demo_garbage(share: float = 0.7) -> Effect:
+    """garbage-after: from the onset most plain answers degenerate (flagged)."""
+    return lambda h: {"+sanity_rate": np.where(h >= 0, share, 0.0)}

@@ -4,6 +4,7 @@ the verdict's reasons and the live view."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,7 +40,14 @@ from soak.record.faults import when
 from soak.record.models import LoadSummary, Status
 from soak.record.snapshot import ClientView, LoadView, Snapshot
 from tests.core.endurance_series import (
+    DEMO_START_S,
+    DEMO_WINDOW_S,
+    DEMO_WINDOWS,
+    Effect,
     Series,
+    demo_decay,
+    demo_garbage,
+    demo_slow_leak,
     kv_leak,
     make_series,
     rss_leak,
@@ -57,15 +65,16 @@ def judged(
     warmup: WarmupInfo | None = None,
     policy: Sequence[Threshold] = POLICY,
     moments: Sequence[Moment] = (),
+    start_s: float = 10.0,
 ) -> Endurance:
     return judge_endurance(
         s.windows,
         window_s=s.window_s,
-        series_start_s=10.0,
+        series_start_s=start_s,
         warmup=warmup,
         policy=policy,
         moments=moments,
-        when=lambda t: when(t, 10.0),
+        when=lambda t: when(t, start_s),
     )
 
 
@@ -188,12 +197,11 @@ def test_a_degradation_is_caught_and_placed(effect, metric, onset_s, placed):
         assert within >= 18
 
 
-@pytest.mark.parametrize(("window_s", "least"), [(10, 7), (5, 10)])
+@pytest.mark.parametrize(("window_s", "least"), [(10, 10), (5, 10)])
 def test_a_degradation_in_a_time_compressed_demo_is_caught_within_a_window(window_s, least):
     """The demo's shape: two minutes, an onset at 40 s, TTFT p99 growing 40× a minute.
-    With 10 s windows that is 10 judged windows, 3 of them before the onset: a trend
-    over so few must be nearly monotone to pass Mann–Kendall at p < 0.001, which 8 %
-    jitter sometimes spoils; with 5 s windows every seed is caught."""
+    With 10 s windows that is 10 judged windows, 3 of them before the onset; without an
+    autocorrelation penalty on so few windows every seed is caught, and placed."""
     caught = 0
     for seed in range(10):
         s = make_series(
@@ -209,6 +217,78 @@ def test_a_degradation_in_a_time_compressed_demo_is_caught_within_a_window(windo
             assert finding.since_s is not None and abs(finding.since_s - 40.0) <= window_s
             caught += 1
     assert caught >= least
+
+
+DEMO_ONSET_S = DEMO_START_S - 1.0 + 30.0
+"""slow-leak's and throughput-decay's onset: 30 s after the first load request (≈ 2 s)."""
+
+
+def demo_run(seed: int, effect: Effect, onset_s: float, jitter: float = 0.06) -> Series:
+    return make_series(
+        DEMO_WINDOWS,
+        seed=seed,
+        window_s=DEMO_WINDOW_S,
+        jitter=jitter,
+        start_s=DEMO_START_S,
+        effect=effect,
+        onset_s=onset_s,
+    )
+
+
+def since_words(finding: DriftFinding | LeakFinding) -> str:
+    return finding.words.split("since load+")[1][:8] if "since load+" in finding.words else ""
+
+
+@pytest.mark.parametrize(
+    ("effect", "onset_s", "drifts", "leaks", "least"),
+    [
+        (demo_decay(), DEMO_ONSET_S, ["output_tok_s"], [], 7),
+        (demo_slow_leak(), DEMO_ONSET_S, ["ttft.p99"], ["server_rss", "kv_usage", "gpu_mem"], 9),
+        (demo_garbage(), DEMO_START_S - 1.0 + 40.0, ["sanity_rate"], [], 10),
+    ],
+    ids=["throughput-decay", "slow-leak", "garbage-after"],
+)
+def test_the_demos_degradations_fail_the_run_from_their_onset(
+    effect, onset_s, drifts, leaks, least
+):
+    """The demo's three scenarios as the simulated engine draws them, over 16 judged
+    windows of 5 s (90 s at --window 5), 5 % jitter: each breaches the default policy on
+    its own figures in every seed (a KV leak: its note), and its drifts and leaks begin
+    within one window of the onset in ``least`` of 10 seeds. A decay as 1/(1 + kt)
+    starts gently (+7 % time per token in its first window), so at this jitter its knot
+    is uncertain by about a window: 7 or more of 10, where a creep or a step is placed
+    every time or nearly."""
+    placed = 0
+    for seed in range(10):
+        s = demo_run(seed, effect, onset_s, jitter=0.05)
+        e = judged(s, start_s=DEMO_START_S - 1.0)
+        j = judge(RunFacts(load=load(), endurance=e))
+        assert j.status is Status.FAILED
+        states = {st.metric: st for st in j.thresholds}
+        findings: list[DriftFinding | LeakFinding] = []
+        for name in drifts:
+            d = drift(e, name)
+            assert d.state == "drift" and states[f"drift.{name}"].state == "breached", d.words
+            assert d.since_s is not None
+            findings.append(d)
+        for name in leaks:
+            lk = leak(e, name)
+            assert lk.state == "leak" and states[f"leak.{name}"].state == "breached", lk.words
+            findings.append(lk)
+        starts = [w.start_s for w in s.windows]
+        ok = True
+        for f in findings:
+            since = f.since_s if isinstance(f, DriftFinding) else _seconds(since_words(f))
+            assert since is not None and since in starts
+            ok &= abs(since - onset_s) <= DEMO_WINDOW_S
+        placed += ok
+    assert placed >= least
+
+
+def _seconds(hms: str) -> float:
+    """``00:00:30`` (since the load start) as seconds since the run's origin."""
+    h, m, sec = (int(x) for x in hms.split(":"))
+    return DEMO_START_S - 1.0 + 3600 * h + 60 * m + sec
 
 
 def test_the_words_say_how_much_from_what_to_what_and_since_when_and_with_what():
@@ -250,6 +330,40 @@ def test_a_rise_that_levelled_off_is_not_a_leak():
     )
     f = leak(judged(s), "server_rss")
     assert f.state == "stable" and "levelled off" in f.words
+
+
+def test_a_leak_that_stopped_at_a_cap_after_a_settled_start_is_still_a_leak():
+    """Twenty settled minutes, then 400 MB over fifteen, then flat to the end: the memory
+    never came back, so it is a leak although the end is level."""
+    s = make_series(
+        60,
+        seed=7,
+        jitter=0.05,
+        onset_s=10.0 + 20 * 60.0,
+        effect=lambda h: {"+server_rss_mb": 400.0 * np.clip(h * 4, 0, 1)},
+    )
+    f = leak(judged(s), "server_rss")
+    assert f.state == "leak", f.words
+    assert "after a settled start, then levelled off: never came back" in f.words
+    began = since_words(f)  # the rise's own onset, not the middle of the rise
+    assert began.startswith("00:") and abs(int(began[3:5]) * 60 + int(began[6:]) - 1200) <= 60
+
+
+def test_a_brief_start_up_rise_in_the_demo_is_not_a_leak():
+    """A cache warming over the first windows of a 16-window run, then flat."""
+    for seed in range(10):
+        s = demo_run(
+            seed,
+            lambda h: {"+server_rss_mb": 300.0 * np.clip(seconds(h) / 15.0, 0, 1)},
+            DEMO_START_S,
+        )
+        f = leak(judged(s, start_s=DEMO_START_S - 1.0), "server_rss")
+        assert f.state == "stable", f.words
+
+
+def seconds(h: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.maximum(h, 0.0) * 3600.0
+    return out
 
 
 def test_kv_usage_is_judged_at_equal_load_only():
@@ -432,3 +546,14 @@ def snapshot(t: float, view: EnduranceView) -> Snapshot:
 
 def test_min_windows_is_what_the_words_say():
     assert MIN_WINDOWS == 8
+
+
+def test_the_judge_stays_cheap_over_a_day_of_minute_windows():
+    """The live judge runs at every window close, in a worker thread: 1,440 windows (a
+    day of minutes) take about 40 ms on an idle core; generous for a loaded CI box."""
+    s = make_series(1440, seed=3)
+    judged(s)  # warm the caches a live run warms too
+    start = time.perf_counter()
+    e = judged(s)
+    assert time.perf_counter() - start < 1.0
+    assert e.judged and e.judged_windows == 1439
