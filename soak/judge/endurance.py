@@ -341,7 +341,7 @@ def leak_finding(s: _Series, resource: str, running: DriftFinding | None = None)
         return f.model_copy(update={"words": why})
     shape = leak_shape(resource, trend.direction, first, last, y, s.b)
     span_s = float(t[-1] - t[0]) + s.window_s if len(t) else 0.0
-    if shape in LEAK_SHAPES and span_s < SETTLE_S and rising_from_start(y, first, last, s.b):
+    if shape in LEAK_SHAPES and span_s < SETTLE_S and rising_from_start(y, s.b):
         why = words.unsettled_words(f, span_s, SETTLE_S)
         return f.model_copy(update={"state": "no_data", "unsettled": True, "words": why})
     returned = None if trend.direction != "rising" else shape == "returned"
@@ -397,11 +397,17 @@ def leak_onset(
     return cp.onset if cp is not None else None
 
 
-def rising_from_start(y: Floats, first: float, last: float, b: int) -> bool:
-    """The rise was under way within the baseline's ``b`` windows (a quarter of it done
-    there, on the series' monotone path): there was no settled start to measure from."""
+UNSETTLED_SHARE = 0.2
+"""A rise whose baseline windows already climbed this share of it had no settled start."""
+
+
+def rising_from_start(y: Floats, b: int) -> bool:
+    """The baseline's ``b`` windows themselves climbed a fifth of the whole rise (on the
+    series' monotone path): there was no settled start to measure a leak from."""
     path = isotonic(y)
-    return int(np.searchsorted(path, first + 0.25 * (last - first))) < b
+    total = float(path[-1] - path[0])
+    early = float(path[min(b, len(path) - 1)] - path[0])
+    return total > 0 and early >= UNSETTLED_SHARE * total
 
 
 def start_up_rise(y: Floats, first: float, last: float, b: int) -> bool:
