@@ -119,11 +119,15 @@ def test_healthy_noisy_engines_raise_no_drift_or_leak_across_seeds(tmp_path: Pat
         assert e["judged"] is True and e["policy_source"] == "default", (name, e)
         assert rec["status"] == "PASSED", (name, rec["reasons"])
         assert not [c for c, _ in _codes(rec) if c.startswith("endurance")], rec["reasons"]
-        assert not [f["figure"] for f in e["drift"] if f["state"] == "drift"], name
-        assert not [f["resource"] for f in e["leaks"] if f["state"] == "leak"], name
         trend = [t for t in rec["thresholds"] if t["metric"].startswith(("drift.", "leak."))]
         assert trend and all(t["state"] == "ok" for t in trend), (name, trend)
-        assert "endurance:" in rec["_output"] and "stable" in rec["_output"]
+        # at the default policy: no figure it judges drifted, nothing leaked (a figure it
+        # does not judge, the engine's own CPU at ~4 %, may honestly creep)
+        judged = {t["metric"].removeprefix("drift.") for t in trend}
+        drifted = [f["figure"] for f in e["drift"] if f["state"] == "drift"]
+        assert not judged & set(drifted), (name, drifted)
+        assert not [f["resource"] for f in e["leaks"] if f["state"] == "leak"], name
+        assert "endurance: " in rec["_output"] and "not ok:" not in rec["_output"]
 
 
 def test_a_run_too_short_for_a_trend_says_so_and_passes(tmp_path: Path) -> None:

@@ -39,17 +39,27 @@ def test_a_healthy_real_engine_is_judged_stable(vllm_logged, tmp_path):
     assert endurance["judged"] is True and endurance["judged_windows"] >= 8, endurance
     warmup = endurance["warmup"]
     assert warmup["spec"] == "20s" and warmup["requests"] > 0, warmup
-    drifts = {f["figure"]: f["words"] for f in endurance["drift"] if f["state"] == "drift"}
+    # The load's figures did not drift; memory is judged by the leak rules (a real vLLM's
+    # RSS grows in its first minutes: a short run says it cannot tell, never "leak").
+    memory = {"server.rss_mb", "client.rss_mb", "gpu.memory_used_mib", "engine.kv_usage"}
+    drifts = {
+        f["figure"]: f["words"]
+        for f in endurance["drift"]
+        if f["state"] == "drift" and f["figure"] not in memory
+    }
     leaks = {f["resource"]: f["words"] for f in endurance["leaks"] if f["state"] == "leak"}
     assert not drifts and not leaks, (drifts, leaks)
     trend = [t for t in rec["thresholds"] if t["metric"].startswith(("drift.", "leak."))]
     assert {t["metric"] for t in trend} >= {
         "drift.output_tok_s",
         "drift.ttft.p99",
-        "leak.server_rss",
+        "drift.error_rate",
     }
     assert all(t["state"] == "ok" for t in trend), trend
-    assert not [r for r in rec["reasons"] if r["code"].startswith("endurance")], rec["reasons"]
+    endurance_reasons = [r for r in rec["reasons"] if r["code"].startswith("endurance")]
+    assert all(
+        r["code"] == "endurance_unsettled" and r["effect"] == "note" for r in endurance_reasons
+    ), endurance_reasons
     # the server's memory was watched in every judged window (three processes summed)
     judged = [w for w in rec["windows"] if w["kind"] == "load"]
     assert all(w["server_rss_mb"] and w["server_rss_mb"] > 500 for w in judged), judged
