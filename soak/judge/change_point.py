@@ -63,6 +63,7 @@ def _change_fit(t: Floats, y: Floats, w: Floats | None) -> tuple[ChangePoint, fl
     if n * math.log((line_sse + tiny) / (best_sse + tiny)) <= CHANGE_PENALTY * math.log(n):
         return ChangePoint(onset=float(t[0]), shape="hinge", index=0), line_sse
     if step_sse < hinge_sse:
+        step_k = _first_moved(y, step_k)
         mid = float((t[step_k - 1] + t[step_k]) / 2.0)
         return ChangePoint(onset=mid, shape="step", index=step_k), step_sse
     index = int(np.searchsorted(t, knot))
@@ -120,6 +121,22 @@ def _refined_knot(t: Floats, y: Floats, w: Floats, k: int) -> tuple[float, float
     sse = _hinge_sse(t, y, w, knots)
     best = int(np.argmin(sse))
     return float(knots[best]), float(sse[best])
+
+
+MOVED_SHARE = 0.25
+"""A point before a step that already went this share of the way to the second level is
+part of it: a step in answers counted when they end shows first in a window half-moved
+(requests sent before the onset end normally), and that window is when it began."""
+
+
+def _first_moved(y: Floats, k: int) -> int:
+    """The step's first index, moved back over the points just before it that had already
+    gone :data:`MOVED_SHARE` of the way from the first level to the second."""
+    before, after = float(np.mean(y[:k])), float(np.mean(y[k:]))
+    gap = after - before
+    while k > 1 and gap and (float(y[k - 1]) - before) / gap >= MOVED_SHARE:
+        k -= 1
+    return k
 
 
 def _best_step(y: Floats, w: Floats) -> tuple[int, float]:
