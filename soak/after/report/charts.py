@@ -168,18 +168,9 @@ def figure(chart: str, title: str, unit: str, series: RunSeries) -> dict[str, An
             trace["yaxis"] = "y2"
         data.append(trace)
     shapes, notes = decorations(series)
-    layout = time_layout(esc(title), esc(unit), 360, shapes, notes)
+    layout = time_layout(esc(title), esc(unit), 360, shapes, notes, data)
     if series.end_t:
         layout["xaxis"]["range"] = [0, series.end_t]
-    if any("yaxis" in t for t in data):
-        layout["yaxis2"] = {
-            "title": {"text": "requests/s"},
-            "overlaying": "y",
-            "side": "right",
-            "rangemode": "tozero",
-            "showgrid": False,
-            "tickmode": "auto",
-        }
     return {"data": data, "layout": layout}
 
 
@@ -197,10 +188,16 @@ def figures(
 
 
 def time_layout(
-    title: str, unit: str, height: int, shapes: list[Any], notes: list[Any]
+    title: str,
+    unit: str,
+    height: int,
+    shapes: list[Any],
+    notes: list[Any],
+    data: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """The layout of a chart over the run's clock (``title`` and ``unit`` escaped)."""
-    return {
+    """The layout of a chart over the run's clock (``title`` and ``unit`` escaped), with
+    the requests/s axis on the right when a trace of ``data`` is drawn against it."""
+    layout: dict[str, Any] = {
         "title": {"text": title, "x": 0.01, "font": {"size": 15}},
         "height": height,
         "margin": {"l": 64, "r": 64, "t": 56, "b": 80},
@@ -213,3 +210,13 @@ def time_layout(
         "paper_bgcolor": PAPER,
         "plot_bgcolor": PAPER,
     }
+    if any("yaxis" in t for t in data):
+        layout["yaxis2"] = {
+            "title": {"text": "requests/s"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            "showgrid": False,
+            "tickmode": "auto",
+        }
+    return layout

@@ -265,16 +265,8 @@ def window_figure(
     if not data:
         return None
     shapes, notes = marks(windows, e, tuple(t[1] for t in traces), clock.load_from)
-    layout = time_layout(label(title), label(unit), 340, shapes, notes)
+    layout = time_layout(label(title), label(unit), 340, shapes, notes, data)
     layout["xaxis"]["range"] = [0, max(clock.end_t or 0.0, windows[-1].end_s)]
-    if any("yaxis" in t for t in data):
-        layout["yaxis2"] = {
-            "title": {"text": "requests/s"},
-            "overlaying": "y",
-            "side": "right",
-            "rangemode": "tozero",
-            "showgrid": False,
-        }
     return {"data": data, "layout": layout}
 
 
