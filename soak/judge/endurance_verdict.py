@@ -24,7 +24,7 @@ from typing import Literal
 from soak.judge.endurance import MIN_WINDOWS
 from soak.judge.endurance_words import resource_words
 from soak.judge.soak_policy import DEFAULT_POLICY
-from soak.judge.thresholds import OPS, format_duration, format_value, is_note
+from soak.judge.thresholds import OPS, breached_live_reason, format_duration, format_value, is_note
 from soak.judge.trend_metrics import TrendFigure, is_trend_metric, trend_figures
 from soak.record.endurance import (
     FIGURES,
@@ -95,16 +95,7 @@ def _state_reason(s: ThresholdState, words: str | None, default: bool) -> Reason
             effect="note" if is_note(s.expr) else "failed",
             message=f"{s.condition} breached{label}: {what}{live}",
         )
-    if first is None:
-        return None
-    return Reason(
-        code="threshold_breached_live",
-        effect="note",
-        message=(
-            f"threshold {s.condition} held at the end ({format_value(s.metric, s.observed)}, "
-            f"from the {s.source}) but was first breached live at {format_duration(first)}"
-        ),
-    )
+    return breached_live_reason(s, first)
 
 
 def endurance_view(

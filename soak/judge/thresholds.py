@@ -84,6 +84,7 @@ __all__ = [
     "ThresholdError",
     "ThresholdState",
     "ThresholdWatch",
+    "breached_live_reason",
     "describe_metrics",
     "describe_trend_metrics",
     "evaluate",
@@ -420,6 +421,12 @@ def _final_reason(s: ThresholdState, live: ThresholdState | None) -> Reason | No
                 f"({why_no_data(s.metric)}); no data is never ok, so the run cannot pass it"
             ),
         )
+    return breached_live_reason(s, first)
+
+
+def breached_live_reason(s: ThresholdState, first: float | None) -> Reason | None:
+    """The note for a threshold that held at the end but was first breached live at
+    ``first`` (None: it never was)."""
     if first is None:
         return None
     return Reason(
