@@ -248,6 +248,7 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
         thresholds=verdict.thresholds,
         faults=[Fault.model_validate(f) for f in faults],
         windows=windows,
+        caveats=[],  # soak.judge.config_caveats fills them (issue 15)
         endurance=endurance,
         phases=phases,
         started_at=_first_wall(journals.events) or "",

@@ -30,7 +30,11 @@ host/gpus/clock/prompt pool. **1.1** types them (:mod:`soak.record.telemetry`,
 its shape, in the room above this one). **1.2** adds the soak's timeline
 (:mod:`soak.record.endurance`): the record's ``windows`` and ``endurance``, the
 snapshot's ``endurance``, the load summary's response-sanity counts and the
-``windows.jsonl`` journal; a 1.1 record reads them as empty.
+``windows.jsonl`` journal; a 1.1 record reads them as empty. **1.3** adds the recipe
+(:mod:`soak.record.recipe`): each endpoint's stated ``recipe`` facts and their
+``recipe_sources``, ``/v1/models``' ``root``, the operator's ``identity.recipe`` and the
+record's ``caveats`` (what follows from how the run was made); a 1.2 record reads them
+as empty and is written back without them.
 """
 
 from __future__ import annotations
@@ -49,11 +53,13 @@ from probes.gates import SuiteGate
 from soak.record.endurance import Endurance, WindowFigures
 from soak.record.gpu_telemetry import GpuIdentity
 from soak.record.matrix import MatrixSummary
+from soak.record.recipe import Recipe
 from soak.record.sections import (
     Fault,
     HostFacts,
     PromptPoolFacts,
     Reconciliation,
+    RecordCaveat,
     RunClock,
     ServedModel,
     ThresholdState,
@@ -62,7 +68,7 @@ from soak.record.shape import AbsentUnlessSet
 from soak.record.telemetry import RecordTelemetry
 from soak.safe_text import safe_csv_cell
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 """``MAJOR.MINOR`` of ``record.json`` and of each snapshot line (see the module docstring)."""
 
 
@@ -111,10 +117,12 @@ class Reason(BaseModel):
     message: str
 
 
-class EndpointIdentity(BaseModel):
+class EndpointIdentity(AbsentUnlessSet):
     """What one endpoint (replica) said about itself before the load."""
 
     model_config = ConfigDict(extra="forbid")
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset({"recipe", "recipe_sources"})
+    written_by_this_version: ClassVar[frozenset[str]] = absent_unless_set
 
     url: str
     reachable: bool
@@ -129,12 +137,21 @@ class EndpointIdentity(BaseModel):
     names and string values, kept as it exposes them (open: each vLLM version has its own)."""
     token_slots: int | None = None
     """KV token slots = num_gpu_blocks × block_size."""
+    recipe: dict[str, str] = Field(default_factory=dict)
+    """What the endpoint stated about its configuration, under the canonical keys of
+    ``soak.record.recipe.STATED_KEYS`` (``max_num_seqs``, ``tensor_parallel_size``, …),
+    values as strings (schema 1.3)."""
+    recipe_sources: list[str] = Field(default_factory=list)
+    """Where those facts came from: ``/server_info``, ``/get_server_info``, ``/info``,
+    ``/props``, ``/metrics vllm:cache_config_info`` (schema 1.3)."""
 
 
-class Identity(BaseModel):
+class Identity(AbsentUnlessSet):
     """Who was tested, with what, from where."""
 
     model_config = ConfigDict(extra="forbid")
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset({"recipe"})
+    written_by_this_version: ClassVar[frozenset[str]] = absent_unless_set
 
     model: str
     model_served: bool
@@ -148,6 +165,9 @@ class Identity(BaseModel):
     """NVML/DCGM identity (telemetry layer); empty when no GPU source ran."""
     clock: RunClock = Field(default_factory=RunClock)
     """Wall time at the monotonic origin, to line journals up with server logs."""
+    recipe: Recipe = Field(default_factory=Recipe)
+    """What the operator declared about the recipe (schema 1.3); what the servers stated
+    is each endpoint's ``recipe``: ``soak.record.recipe.recipe_facts`` joins them."""
 
 
 class LoadSummary(AbsentUnlessSet):
@@ -272,7 +292,7 @@ class RunRecord(AbsentUnlessSet):
 
     model_config = ConfigDict(extra="forbid")
 
-    absent_unless_set: ClassVar[frozenset[str]] = frozenset({"windows", "endurance"})
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset({"windows", "endurance", "caveats"})
     """Keys a record older than 1.2 lacks: written back only when given, so reading and
     writing an older record invents nothing."""
     written_by_this_version: ClassVar[frozenset[str]] = absent_unless_set
@@ -311,6 +331,10 @@ class RunRecord(AbsentUnlessSet):
     windows: list[WindowFigures] = Field(default_factory=list)
     """The load cut into windows on one timeline, recomputed from the journals (schema
     1.2; :mod:`soak.record.endurance`)."""
+    caveats: list[RecordCaveat] = Field(default_factory=list)
+    """What follows from how the run was made and limits what it shows (fixed prompt pool
+    cycled, closed loop, drain in the denominator, one run per recipe, …): schema 1.3,
+    ``soak.judge.config_caveats``."""
     endurance: Endurance | None = None
     """The run judged on its timeline: drift, leaks, the policy (schema 1.2)."""
     phases: list[PhaseSpan] = Field(default_factory=list)

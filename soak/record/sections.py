@@ -19,8 +19,22 @@ from soak.record.shape import Section
 class ServedModel(Section):
     """One ``/v1/models`` entry of an endpoint."""
 
+    absent_unless_set = frozenset({"root"})
+    written_by_this_version = absent_unless_set
+
     id: str | None = None
     max_model_len: int | None = None
+    root: str | None = None
+    """The model path or repository the server loaded (vLLM's ``root``; schema 1.3)."""
+
+
+class RecordCaveat(Section):
+    """One of the record's ``caveats``: a limit on what the run shows (schema 1.3)."""
+
+    code: str
+    """Stable machine name: ``prompt_pool_cycled``, ``closed_loop``, ``drain_in_denominator``,
+    ``one_run_per_recipe``, ``output_length_natural``, ``concurrency_not_occupancy``, …"""
+    message: str
 
 
 class PromptPoolFacts(Section):

@@ -272,6 +272,7 @@ def finalize_run(parts: RunParts, tick: SnapshotTick, timing: LoadTiming | None)
         faults=[Fault.model_validate(f) for f in faults],
         client_health=facts.health if facts.health is not None else ClientHealth(),
         windows=windows,
+        caveats=[],  # soak.judge.config_caveats fills them (issue 15)
         endurance=endurance,
         phases=st.phases,
         started_at=st.started_at,

@@ -21,6 +21,7 @@ from probes.engine_metrics import get_page
 from soak import __version__
 from soak.record.gpu_telemetry import GpuIdentity
 from soak.record.models import EndpointIdentity, Identity
+from soak.record.recipe import Recipe
 from soak.record.sections import HostFacts, PromptPoolFacts, RunClock, ServedModel
 from soak.run.state import RunState, Watchers
 
@@ -61,7 +62,7 @@ def read_metrics(text: str, ident: EndpointIdentity) -> None:
 
 async def probe_endpoint(client: httpx.AsyncClient, base: str) -> EndpointIdentity:
     """GET /v1/models, /version and /metrics of one endpoint."""
-    ident = EndpointIdentity(url=base, reachable=False)
+    ident = EndpointIdentity(url=base, reachable=False, recipe={}, recipe_sources=[])
     try:
         r = await client.get(f"{base}/v1/models")
     except httpx.HTTPError as e:
@@ -74,7 +75,8 @@ async def probe_endpoint(client: httpx.AsyncClient, base: str) -> EndpointIdenti
     try:
         data = r.json().get("data", [])
         ident.models = [
-            ServedModel(id=m.get("id"), max_model_len=m.get("max_model_len")) for m in data
+            ServedModel(id=m.get("id"), max_model_len=m.get("max_model_len"), root=m.get("root"))
+            for m in data
         ]
     except (ValueError, AttributeError):
         ident.error = "/v1/models did not answer the OpenAI list shape"
@@ -155,6 +157,7 @@ def build_identity(state: RunState, watchers: Watchers) -> Identity:
         gpus=[
             GpuIdentity.model_validate(g) for src in watchers.gpu_sources for g in src.identity()
         ],
+        recipe=Recipe(),
     )
     return red.model(identity)  # every string: a /version or model id may name paths, hosts
 
