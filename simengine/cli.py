@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("death-health-s", float),
         ("version-string", str),
         ("hostname", str),
+        ("gpu-memory-utilization", float),
     ):
         field = d[name.replace("-", "_")]
         a(f"--{name}", type=typ, default=None,
@@ -83,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--noise", action="store_true", default=None,
       help="realistic noise from the first load request: lognormal jitter of every "
            "engine step (TTFT, ITL) and a GC-like sawtooth of the process memory")  # fmt: skip
+    a("--no-server-info", action="store_false", dest="server_info", default=None,
+      help="answer GET /server_info with 404, as production vLLM does (default: the "
+           "VLLM_SERVER_DEV_MODE=1 JSON of the configuration)")  # fmt: skip
     a("--fault", action="append", default=[], metavar="JSON",
       help='a fault rule, e.g. \'{"match": "*/after/json/*", "action": "http_500"}\' or '
            '\'{"match": "*/tools/4", "action": "tool_wrong_function", "count": 0}\'')  # fmt: skip

@@ -90,7 +90,10 @@ class SimConfig(BaseModel):
     hostname: str = "sim-node"
     """Base of the DCGM ``Hostname`` label (replica i: ``<hostname>-<i>``)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    """Reported in ``vllm:cache_config_info``."""
+    """Reported in ``vllm:cache_config_info`` and ``/server_info``."""
+    server_info: bool = True
+    """Answer ``GET /server_info`` as vLLM does with ``VLLM_SERVER_DEV_MODE=1``; False:
+    404, as production vLLM does."""
 
     @model_validator(mode="after")
     def _check(self) -> SimConfig:

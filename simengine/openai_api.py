@@ -85,6 +85,8 @@ class OpenAIRoutes:
         app.router.add_get("/load", self.load)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/metrics", self.metrics)
+        if self.cfg.server_info:
+            app.router.add_get("/server_info", self.server_info)
 
     # -- small routes -----------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:
@@ -133,6 +135,22 @@ class OpenAIRoutes:
         """``GET /metrics``: this replica's Prometheus text."""
         return web.Response(
             body=self.rep.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        """``GET /server_info[?config_format=json]``: vLLM's dev-mode answer (only with
+        ``VLLM_SERVER_DEV_MODE=1`` there): the configuration, its environment beside it."""
+        fmt = request.query.get("config_format", "text")
+        if fmt not in ("text", "json"):
+            return error_response(400, f"config_format {fmt!r}: allowed 'text' or 'json'")
+        config = vllm_config(self.cfg)
+        return json_response(
+            {
+                "vllm_config": config if fmt == "json" else _config_text(config),
+                # What real vLLM puts beside the configuration: a client must never keep it.
+                "vllm_env": {"VLLM_SERVER_DEV_MODE": True, "VLLM_LOGGING_LEVEL": "INFO"},
+                "system_env": {"os": "simengine", "cuda_runtime_version": None},
+            }
         )
 
     async def tokenize(self, request: web.Request) -> web.Response:
@@ -320,6 +338,56 @@ class OpenAIRoutes:
             f'{who} - "{request.method} {request.path} HTTP/1.1" {status} {phrase} '
             f"X-Request-Id: {xrid or '-'}",
         )
+
+
+def vllm_config(cfg: SimConfig) -> dict[str, Any]:
+    """The sections of vLLM 0.32's ``VllmConfig`` JSON that describe a recipe, with the
+    field names vLLM uses (``tests/fixtures/recipe_vllm_0.32_server_info.json`` is a real
+    answer), filled from the simulated replica's settings."""
+    return {
+        "model_config": {
+            "model": cfg.model,
+            "served_model_name": cfg.model,
+            "tokenizer": cfg.model,
+            "dtype": "torch.bfloat16",
+            "revision": None,
+            "max_model_len": cfg.max_model_len,
+            "quantization": None,
+            "hf_token": None,
+            "seed": 0,
+        },
+        "cache_config": {
+            "block_size": cfg.block_size,
+            "gpu_memory_utilization": cfg.gpu_memory_utilization,
+            "cache_dtype": "auto",
+            "enable_prefix_caching": True,
+            "num_gpu_blocks": cfg.num_gpu_blocks,
+            "num_cpu_blocks": None,
+            "kv_cache_size_tokens": cfg.kv_token_slots,
+        },
+        "parallel_config": {
+            "pipeline_parallel_size": 1,
+            "tensor_parallel_size": cfg.gpus_per_replica,
+            "data_parallel_size": 1,
+            "world_size": cfg.gpus_per_replica,
+        },
+        "scheduler_config": {
+            "runner_type": "generate",
+            "max_num_batched_tokens": cfg.max_num_batched_tokens,
+            "max_num_seqs": cfg.max_num_seqs,
+            "max_num_queued_reqs": cfg.max_num_queued_reqs,
+            "enable_chunked_prefill": True,
+            "policy": "fcfs",
+        },
+        "speculative_config": None,
+    }
+
+
+def _config_text(config: dict[str, Any]) -> str:
+    """``config_format=text``: vLLM's ``str(VllmConfig)``, one ``key=value`` list."""
+    return ", ".join(
+        f"{k}={v!r}" for section in config.values() if section for k, v in section.items()
+    )
 
 
 def _finish(plan: Plan, emitted: int) -> str:
