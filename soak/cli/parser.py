@@ -15,8 +15,23 @@ from pathlib import Path
 from typing import Any
 
 from soak import __version__
+from soak.record.recipe import parse_declared
 from soak.run.config import RunConfig
 from soak.run.config_words import allowed
+
+
+def _recipe_item(text: str) -> tuple[str, str]:
+    """``revision=abc123`` → its key and value; a usage error naming the item and what is
+    allowed otherwise."""
+    try:
+        ((key, value),) = parse_declared([text]).items()
+    except ValueError as e:
+        why = str(e)
+        raise argparse.ArgumentTypeError(
+            why if why.startswith("--recipe") else f"--recipe {_short(text)}: {why}"
+        ) from None
+    return key, value
+
 
 # CLI flag → RunConfig field, for the flags shared by `run` and `demo`.
 _COMMON_FLAGS: dict[str, dict[str, Any]] = {
@@ -75,6 +90,20 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--window": {"type": int, "dest": "series_window_s", "metavar": "S"},
     "--warmup": {"dest": "warmup", "metavar": "S|Nreq"},
     "--soak-policy": {"dest": "soak_policy", "choices": ["default", "none"]},
+    "--temperature": {"type": float, "dest": "temperature", "metavar": "T"},
+    "--top-p": {"type": float, "dest": "top_p", "metavar": "P"},
+    "--top-k": {"type": int, "dest": "top_k", "metavar": "K"},
+    "--min-p": {"type": float, "dest": "min_p", "metavar": "P"},
+    "--presence-penalty": {"type": float, "dest": "presence_penalty", "metavar": "X"},
+    "--frequency-penalty": {"type": float, "dest": "frequency_penalty", "metavar": "X"},
+    "--repetition-penalty": {"type": float, "dest": "repetition_penalty", "metavar": "X"},
+    "--recipe": {
+        "type": _recipe_item,
+        "action": "append",
+        "dest": "recipe",
+        "metavar": "KEY=VALUE",
+    },
+    "--server-cmd-file": {"type": Path, "dest": "server_cmd_file", "metavar": "FILE"},
 }
 
 
@@ -154,6 +183,8 @@ def _field_help(dest: str) -> str | None:
 _FLAG_HELP = {
     "--no-gates": "run no contract gates (same as --gates '')",
     "--no-nvml": "do not read this host's GPUs through NVML",
+    "--recipe": f"{_field_help('recipe')} Repeat for several; each overrides that key of "
+    "the config file's [recipe] table.",
 }
 
 
@@ -187,36 +218,8 @@ def _add_display(p: argparse.ArgumentParser) -> None:
         p.add_argument(flag, default=None, **kw)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (also the CLI reference in the README)."""
-    ap = argparse.ArgumentParser(
-        prog="soaktop", description="Soak monitor for LLM serving engines."
-    )
-    ap.add_argument("--version", action="version", version=f"soaktop {__version__}")
-    sub = ap.add_subparsers(dest="command", required=True)
-
-    run = sub.add_parser("run", help="soak an OpenAI-compatible endpoint")
-    run.add_argument(
-        "--endpoint",
-        action="append",
-        dest="endpoints",
-        metavar="URL",
-        help=f"{_field_help('endpoints')} Repeat for several replicas.",
-    )
-    run.add_argument("--model", help=_field_help("model"))
-    run.add_argument("--api", choices=["chat", "completions"], help=_field_help("api"))
-    run.add_argument("--engine", help=_field_help("engine"))
-    run.add_argument(
-        "--api-key-env", dest="api_key_env", metavar="VAR", help=_field_help("api_key_env")
-    )
-    run.add_argument(
-        "--config",
-        type=Path,
-        metavar="TOML",
-        help="TOML file with a [run] table (CLI > SOAKTOP_* env > file > defaults)",
-    )
-    _add_common(run)
-
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``soaktop demo``: the run flags and the simulated engine's own."""
     demo = sub.add_parser("demo", help="soak the built-in simulated engine")
     demo.add_argument(
         "--scenario",
@@ -251,6 +254,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(demo)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (also the CLI reference in the README)."""
+    ap = argparse.ArgumentParser(
+        prog="soaktop", description="Soak monitor for LLM serving engines."
+    )
+    ap.add_argument("--version", action="version", version=f"soaktop {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="soak an OpenAI-compatible endpoint")
+    run.add_argument(
+        "--endpoint",
+        action="append",
+        dest="endpoints",
+        metavar="URL",
+        help=f"{_field_help('endpoints')} Repeat for several replicas.",
+    )
+    run.add_argument("--model", help=_field_help("model"))
+    run.add_argument("--api", choices=["chat", "completions"], help=_field_help("api"))
+    run.add_argument("--engine", help=_field_help("engine"))
+    run.add_argument(
+        "--api-key-env", dest="api_key_env", metavar="VAR", help=_field_help("api_key_env")
+    )
+    run.add_argument(
+        "--config",
+        type=Path,
+        metavar="TOML",
+        help="TOML file with a [run] table (CLI > SOAKTOP_* env > file > defaults)",
+    )
+    _add_common(run)
+
+    _add_demo(sub)
+
     # Listed for --help only: main() hands `sim ...` to the simulated engine's own parser.
     sub.add_parser("sim", help="run the simulated engine (see: soaktop sim --help)")
 
@@ -267,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     from soak.cli.reports import add_parsers as add_report_parsers
 
     add_report_parsers(sub)
+    from soak.cli.scout import add_parser as add_scout  # after `run`: it takes run's flags
+
+    add_scout(sub)
 
     verify = sub.add_parser("verify", help="recompute a record from its journals")
     verify.add_argument("run_dir", type=Path)
@@ -290,4 +329,7 @@ def cli_values(ns: argparse.Namespace) -> dict[str, Any]:
         "engine",
         "api_key_env",
     }
-    return {k: getattr(ns, k) for k in keys if hasattr(ns, k)}
+    values = {k: getattr(ns, k) for k in keys if hasattr(ns, k)}
+    if values.get("recipe") is not None:  # --recipe items, in order: a later key wins
+        values["recipe"] = dict(values["recipe"])
+    return values

@@ -83,6 +83,7 @@ STATED_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
     "engine": ("serving engine", lambda v: v),
     "version": ("engine version", lambda v: f"version {v}"),
     "model_root": ("model root or path the server loaded", lambda v: f"root {v}"),
+    "revision": ("checkpoint revision (commit, tag or SHA)", lambda v: f"revision {v}"),
     "max_model_len": ("maximum context length", lambda v: f"max len {_count(v)}"),
     "max_num_seqs": (
         "sequences one replica runs at once",
@@ -107,6 +108,10 @@ STATED_KEYS: dict[str, tuple[str, Callable[[str], str]]] = {
         lambda v: f"batch {_count(v)} tokens",
     ),
     "chunked_prefill": ("chunked prefill", lambda v: f"chunked prefill {_on_off(v)}"),
+    "chunked_prefill_size": (
+        "tokens one prefill chunk holds",
+        lambda v: f"prefill chunk {_count(v)} tokens",
+    ),
 }
 """The canonical stated keys, whatever engine stated them, in header order."""
 

@@ -38,6 +38,15 @@ Xid = Annotated[int, Field(ge=1, le=1000)]
 Pid = Annotated[int, Field(ge=1, le=PID_MAX)]
 NAME_PATTERN = r"^[A-Za-z0-9._-]+$"
 """A name inside the run id: label, purpose, engine."""
+SAMPLING_EXTRA = (
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
+"""Sampling fields sent in every load request when set (temperature has its own place)."""
 
 
 class RunConfig(BaseModel):
@@ -65,6 +74,19 @@ class RunConfig(BaseModel):
     """Send ignore_eos so every request generates exactly max_tokens (vLLM extension)."""
     temperature: float | None = Field(None, ge=0, le=2)
     """Sampling temperature; unset leaves the server default. No per-request seed is ever sent."""
+    top_p: float | None = Field(None, gt=0, le=1)
+    """Nucleus sampling top_p of every load request; unset leaves the server default."""
+    top_k: int | None = Field(None, ge=-1, le=1_000_000)
+    """top_k of every load request (vLLM and SGLang; -1 or 0: off); unset: the server's."""
+    min_p: float | None = Field(None, ge=0, le=1)
+    """min_p of every load request (vLLM and SGLang); unset leaves the server default."""
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    """presence_penalty of every load request; unset leaves the server default."""
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    """frequency_penalty of every load request; unset leaves the server default."""
+    repetition_penalty: float | None = Field(None, gt=0, le=10)
+    """repetition_penalty of every load request (vLLM, SGLang, TGI; 1: off); unset: the
+    server's. The probes keep their own settings."""
     sanity_checks: bool = True
     """Check every completed load response for sanity (empty, runaway whitespace,
     repetition, a finish reason not asked for: ``loadgen.sanity``); ``--no-sanity`` turns
@@ -85,6 +107,13 @@ class RunConfig(BaseModel):
     """Purpose in the run id, e.g. reliability."""
     engine: str | None = Field(None, pattern=NAME_PATTERN, max_length=64)
     """Engine name for the run id; detected from the server when unset."""
+    recipe: dict[str, str] = Field(default_factory=dict, max_length=MAX_LIST)
+    """Facts about the recipe that no server states (checkpoint revision, image, TP/DP
+    size, weight and KV precision, notes), as key = value: recorded in the identity and
+    compared between runs."""
+    server_cmd_file: Path | None = None
+    """A file holding the server's exact launch command: recorded in the identity with
+    API keys, tokens, passwords and auth headers scrubbed, and hashed."""
     out: Path = Path("runs")
     """Directory that receives one run directory per run."""
     drain_timeout_s: float = Field(120.0, gt=0, le=LONGEST_S)
@@ -277,6 +306,39 @@ class RunConfig(BaseModel):
                 raise ValueError(f"{cmd!r}: the program {argv[0]!r} is not found on PATH")
         return v
 
+    @field_validator("recipe", mode="before")
+    @classmethod
+    def _check_recipe(cls, v: Any) -> Any:
+        from soak.record.recipe import check_declared
+
+        if not isinstance(v, dict):
+            return v  # pydantic's own error names the type
+        out: dict[str, str] = {}
+        for key, value in v.items():
+            if isinstance(value, bool):
+                value = str(value).lower()  # TOML's true, not Python's True
+            elif isinstance(value, float) or (isinstance(value, int) and value.bit_length() < 256):
+                value = str(value)
+            elif not isinstance(value, str):
+                raise ValueError(
+                    f"recipe {key}: {type(value).__name__} is not allowed; give one line of "
+                    "text, a number (at most 76 digits) or true/false"
+                )
+            out[check_declared(str(key).strip(), value.strip())] = value.strip()
+        return out
+
+    @field_validator("server_cmd_file")
+    @classmethod
+    def _check_server_cmd_file(cls, v: Path | None) -> Path | None:
+        from soak.run.recipe_probe import read_server_cmd
+
+        if v is not None:
+            try:
+                read_server_cmd(v)
+            except ValueError as e:
+                raise ValueError(f"server command file {str(v)!r} {e}") from None
+        return v
+
     @field_validator("prompts")
     @classmethod
     def _check_prompts(cls, v: Path | None) -> Path | None:
@@ -372,9 +434,22 @@ class RunConfig(BaseModel):
         """Whether the run has a GPU source (so gpu.* thresholds can have data)."""
         return self.nvml or bool(self.dcgm)
 
+    def sampling_extra(self) -> tuple[tuple[str, Any], ...]:
+        """The sampling fields set beyond temperature, as body fields of every load
+        request (``loadgen.prompts.BodyBuilder``'s ``extra``): never a seed."""
+        return tuple(
+            (name, value) for name in SAMPLING_EXTRA if (value := getattr(self, name)) is not None
+        )
+
     def public_dict(self) -> dict[str, Any]:
-        """The config as written to the run directory (redacted when asked)."""
+        """The config as written to the run directory (redacted when asked; a declared
+        fact whose key names a secret never: ``<secret>``)."""
+        from soak.record.redact_patterns import SECRET_MARK, scrub_secrets, secret_name
+
         data = self.model_dump(mode="json")
+        data["recipe"] = {
+            k: SECRET_MARK if secret_name(k) else scrub_secrets(v) for k, v in self.recipe.items()
+        }
         if self.redact:
             data["endpoints"] = [f"<endpoint {i}>" for i in range(len(self.endpoints))]
             data["out"] = "<redacted>"
@@ -383,6 +458,7 @@ class RunConfig(BaseModel):
             data["api_key_env"] = "<redacted>" if data["api_key_env"] else None
             data["suite_files"] = ["<redacted>" for _ in data["suite_files"]]
             data["server_log"] = ["<redacted>" for _ in data["server_log"]]
+            data["server_cmd_file"] = "<redacted>" if data["server_cmd_file"] else None
             data["server_log_cmd"] = ["<redacted>" for _ in data["server_log_cmd"]]
             data["dcgm"] = [f"<dcgm {i}>" for i in range(len(data["dcgm"]))]
         return data

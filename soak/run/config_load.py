@@ -44,6 +44,9 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
             out[name] = [raw]
         elif name == "thresholds":  # an expression holds commas (",abort"): split on ";"
             out[name] = [s.strip() for s in raw.split(";") if s.strip()]
+        elif name == "recipe":  # "revision=abc;image=vllm:0.32": a note holds commas
+            pairs = (item.partition("=") for item in raw.split(";") if item.strip())
+            out[name] = {k.strip(): v.strip() for k, _, v in pairs}
         elif name in _LIST_FIELDS:
             out[name] = [s.strip() for s in raw.split(",") if s.strip()]
         else:
@@ -52,7 +55,8 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """The ``[run]`` table of a TOML file, or its top level when there is no such table."""
+    """The ``[run]`` table of a TOML file, or its top level when there is no such table;
+    a ``[recipe]`` table beside ``[run]`` is its ``recipe`` (over ``[run]``'s own)."""
     if (why := file_problem(path)) is not None:
         raise ConfigError(f"config file {str(path)!r} {why}")
     try:
@@ -68,7 +72,20 @@ def read_toml(path: Path) -> dict[str, Any]:
     table = data.get("run", data)
     if not isinstance(table, dict):
         raise ConfigError(f"config file {str(path)!r}: [run] must be a table")
+    if "run" in data and "recipe" in data:
+        if not isinstance(data["recipe"], dict):
+            raise ConfigError(f"config file {str(path)!r}: [recipe] must be a table")
+        inner = table.get("recipe", {})
+        table = table | {"recipe": (inner if isinstance(inner, dict) else {}) | data["recipe"]}
     return table
+
+
+def _merge_recipe(merged: Mapping[str, Any], layer: dict[str, Any]) -> None:
+    """A layer's ``recipe`` adds to (and overrides keys of) the ones below it: ``--recipe
+    k=v`` changes one fact of the config file's ``[recipe]``, not all of them."""
+    below, mine = merged.get("recipe"), layer.get("recipe")
+    if isinstance(below, dict) and isinstance(mine, dict):
+        layer["recipe"] = below | mine
 
 
 def load_config(
@@ -93,9 +110,11 @@ def load_config(
         merged.update(table)
         origins |= dict.fromkeys(table, f"config file {toml_path}")
     overrides = env_overrides(env)
+    _merge_recipe(merged, overrides)
     merged.update(overrides)
     origins |= {k: f"SOAKTOP_{k.upper()}" for k in overrides}
     given = {k: v for k, v in cli.items() if v is not None}
+    _merge_recipe(merged, given)
     merged.update(given)
     origins |= {k: (cli_flags or {}).get(k, "command line") for k in given}
     if merged.get("max_requests") is not None and "duration_s" not in merged:

@@ -114,6 +114,10 @@ _IN_WORDS = {
     "max_client_cpu_percent": "a finite percentage of one core, above 0 and at most 1,000",
     "require_telemetry": "a comma-separated list of engine, gpu, health, log, host "
     "(empty: none required)",
+    "recipe": "up to 256 KEY=VALUE facts; a key of lower-case letters, digits, '_', '.', "
+    "'-' (starting with a letter, at most 64 characters), a value of one line of at most "
+    "500 characters",
+    "server_cmd_file": "an existing, readable UTF-8 text file of at most 64 KiB, or unset",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import platform
 import socket
 
@@ -21,8 +22,8 @@ from probes.engine_metrics import get_page
 from soak import __version__
 from soak.record.gpu_telemetry import GpuIdentity
 from soak.record.models import EndpointIdentity, Identity
-from soak.record.recipe import Recipe
 from soak.record.sections import HostFacts, PromptPoolFacts, RunClock, ServedModel
+from soak.run.recipe_probe import declared_recipe, probe_stated, stated_value
 from soak.run.state import RunState, Watchers
 
 _ENGINE_PREFIXES = (
@@ -45,8 +46,20 @@ def _detect_engine(names: set[str]) -> str | None:
     return None
 
 
+_CACHE_CONFIG_FACTS = {
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "block_size": "block_size",
+    "cache_dtype": "kv_cache_dtype",
+    "enable_prefix_caching": "prefix_caching",
+}
+"""``vllm:cache_config_info`` labels that are recipe facts → their canonical keys."""
+CACHE_CONFIG_SOURCE = "/metrics vllm:cache_config_info"
+SGLANG_SLOTS_SOURCE = "/metrics sglang:max_total_num_tokens"
+
+
 def read_metrics(text: str, ident: EndpointIdentity) -> None:
-    """Fill the engine name and vllm:cache_config_info (KV token slots) from /metrics."""
+    """Fill the engine name and vllm:cache_config_info (KV token slots) from /metrics,
+    and the recipe facts those state (SGLang's token slots included)."""
     names: set[str] = set()
     for fam in text_string_to_metric_families(text):
         names.add(fam.name)
@@ -57,11 +70,33 @@ def read_metrics(text: str, ident: EndpointIdentity) -> None:
                 ident.token_slots = int(labels["num_gpu_blocks"]) * int(labels["block_size"])
             except (KeyError, ValueError):
                 ident.token_slots = None
+            _cache_config_facts(ident)
+        elif fam.name == "sglang:max_total_num_tokens" and fam.samples:
+            value = fam.samples[0].value  # every rank of one replica states the same pool
+            if math.isfinite(value) and 0 < value < 2**53:
+                ident.recipe["token_slots"] = str(int(value))
+                ident.recipe_sources.append(SGLANG_SLOTS_SOURCE)
     ident.engine = ident.engine or _detect_engine(names)
 
 
-async def probe_endpoint(client: httpx.AsyncClient, base: str) -> EndpointIdentity:
-    """GET /v1/models, /version and /metrics of one endpoint."""
+def _cache_config_facts(ident: EndpointIdentity) -> None:
+    facts = {
+        key: v
+        for label, key in _CACHE_CONFIG_FACTS.items()
+        if (v := stated_value(ident.cache_config.get(label))) is not None
+    }
+    if ident.token_slots is not None:
+        facts["token_slots"] = str(ident.token_slots)
+    if facts:
+        ident.recipe.update(facts)
+        ident.recipe_sources.append(CACHE_CONFIG_SOURCE)
+
+
+async def probe_endpoint(
+    client: httpx.AsyncClient, base: str, engine: str | None = None
+) -> EndpointIdentity:
+    """GET /v1/models, /version and /metrics of one endpoint, then the configuration
+    endpoint of its engine (``engine``: ``--engine``; else the one /metrics names)."""
     ident = EndpointIdentity(url=base, reachable=False, recipe={}, recipe_sources=[])
     try:
         r = await client.get(f"{base}/v1/models")
@@ -75,7 +110,11 @@ async def probe_endpoint(client: httpx.AsyncClient, base: str) -> EndpointIdenti
     try:
         data = r.json().get("data", [])
         ident.models = [
-            ServedModel(id=m.get("id"), max_model_len=m.get("max_model_len"), root=m.get("root"))
+            ServedModel(
+                id=m.get("id"),
+                max_model_len=m.get("max_model_len"),
+                root=stated_value(m.get("root")),  # a recipe fact: bounded, one line
+            )
             for m in data
         ]
     except (ValueError, AttributeError):
@@ -93,16 +132,21 @@ async def probe_endpoint(client: httpx.AsyncClient, base: str) -> EndpointIdenti
             read_metrics(page.decode("utf-8", "replace"), ident)
     except (httpx.HTTPError, ValueError, TimeoutError):
         pass  # metrics are optional for the load; telemetry reports their absence
+    await probe_stated(client, base, ident, engine)
     return ident
 
 
 async def probe_all(
-    endpoints: list[str], headers: dict[str, str], timeout_s: float = 10.0
+    endpoints: list[str],
+    headers: dict[str, str],
+    timeout_s: float = 10.0,
+    engine: str | None = None,
 ) -> list[EndpointIdentity]:
-    """Identity of every endpoint, probed one after the other (there are few)."""
+    """Identity of every endpoint, in their order, probed together (a slow configuration
+    endpoint costs its seconds once, not once per replica)."""
     timeout = httpx.Timeout(timeout_s)
     async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
-        return [await probe_endpoint(client, base) for base in endpoints]
+        return list(await asyncio.gather(*(probe_endpoint(client, b, engine) for b in endpoints)))
 
 
 async def count_tokens(base: str, model: str, text: str, headers: dict[str, str]) -> int | None:
@@ -157,7 +201,7 @@ def build_identity(state: RunState, watchers: Watchers) -> Identity:
         gpus=[
             GpuIdentity.model_validate(g) for src in watchers.gpu_sources for g in src.identity()
         ],
-        recipe=Recipe(),
+        recipe=declared_recipe(cfg.recipe, cfg.server_cmd_file, red),
     )
     return red.model(identity)  # every string: a /version or model id may name paths, hosts
 

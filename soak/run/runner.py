@@ -200,7 +200,9 @@ async def start(config: RunConfig, lifeline_fd: int | None = None) -> int:
         except PromptPoolError as e:
             print(f"soaktop: prompts: {e}", file=sys.stderr)
             return EXIT_USAGE
-    endpoints = await probe_all(config.endpoints, auth_headers(config), config.connect_timeout_s)
+    endpoints = await probe_all(
+        config.endpoints, auth_headers(config), config.connect_timeout_s, config.engine
+    )
     engine = config.engine or next((e.engine for e in endpoints if e.engine), None) or "unknown"
     redactor, salt_problem = await redactor_for_run(config, auth_headers(config))
     model = run_id_model(redactor, config.model)

@@ -56,6 +56,7 @@ class SteadyLoad:
             max_tokens=cfg.max_tokens,
             ignore_eos=cfg.ignore_eos,
             temperature=cfg.temperature,
+            extra=cfg.sampling_extra(),
         )
         return plan, bodies
 

@@ -57,7 +57,12 @@ BASE_ARGS = [
     "--structured-outputs-config",
     json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
 ]
-SERVER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+SERVER_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_SERVER_DEV_MODE": "1",  # GET /server_info: the recipe soaktop records
+}
 
 
 class VllmStartError(RuntimeError):
