@@ -36,7 +36,8 @@ from probes.server_histogram import (
     Histogram,
     finite_bounds,
     histogram_delta,
-    histogram_quantile,
+    histogram_estimate,
+    merge_buckets,
 )
 
 Combine = Literal["sum", "max", "mean"]
@@ -330,18 +331,19 @@ def _engine_ids(table: EngineTable, samples: dict[str, _Series]) -> list[str]:
 
 def _histograms(table: EngineTable, samples: dict[str, _Series]) -> dict[str, Histogram]:
     """Each latency histogram with its buckets summed over every label set (engines,
-    ranks, methods): percentiles need the merged histogram, never averaged ones."""
+    ranks, methods): percentiles need the merged histogram, never averaged ones (summed at
+    the bounds every label set exports: ``merge_buckets``)."""
     out: dict[str, Histogram] = {}
     for key, names in table.histograms.items():
         name = next((n for n in names if f"{n}_bucket" in samples), None)
         if name is None:
             continue
-        buckets: dict[str, float] = {}
+        per_set: dict[tuple[tuple[str, str], ...], dict[str, float]] = {}
         for labels, v in samples[f"{name}_bucket"]:
-            le = labels.get("le", "+Inf")
-            buckets[le] = buckets.get(le, 0.0) + v
+            rest = tuple(sorted((k, x) for k, x in labels.items() if k != "le"))
+            per_set.setdefault(rest, {})[labels.get("le", "+Inf")] = v
         out[key] = Histogram(
-            buckets=buckets,
+            buckets=merge_buckets(per_set.values()),
             sum=sum(v for _, v in samples.get(f"{name}_sum", [])),
             count=sum(v for _, v in samples.get(f"{name}_count", [])),
         )
@@ -366,16 +368,18 @@ def server_latency(
     if reset:
         notes.append("counter reset during the window: counts since the restart only")
     capped: list[str] = []
+    buckets: dict[str, dict[str, float | None]] = {}
     if n > 0:
         out["mean"] = delta.sum / delta.count
         for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
-            est = histogram_quantile(q, delta)
+            est = histogram_estimate(q, delta)
             if est is None:
                 continue
-            value, over = est
-            out[name] = None if math.isnan(value) else value
-            if over:
+            out[name] = None if math.isnan(est.value) else est.value
+            if est.capped:
                 capped.append(name)
+            if not math.isnan(est.value):  # the estimate's resolution: its bucket
+                buckets[name] = {"lower": est.lower, "upper": est.upper}
     if capped:
         top = finite_bounds(delta)
         bound = f"{top[-1]:g} s" if top else "no finite bound"
@@ -384,6 +388,8 @@ def server_latency(
             "that bound, a lower bound of the true value"
         )
     out |= {"n": n, "method": HISTOGRAM_METHOD}
+    if buckets:
+        out["buckets"] = buckets
     if notes:
         out["note"] = "; ".join(notes)
     return out

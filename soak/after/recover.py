@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 
 from soak.after.journal_facts import RunJournals, config_thresholds, recovered_facts
+from soak.judge.config_caveats import config_caveats
 from soak.judge.limits import percentile_method
 from soak.judge.thresholds import Threshold, ThresholdError
 from soak.judge.verdict import judge
@@ -37,7 +38,6 @@ from soak.record.models import (
     Reason,
     RunRecord,
     exit_code_for,
-    summary_csv,
     write_atomic,
     write_record,
 )
@@ -50,6 +50,8 @@ from soak.record.run_dir import (
 )
 from soak.record.sections import Fault
 from soak.record.summary import LoadTiming, summarize_load
+from soak.record.summary_csv import summary_csv
+from soak.record.telemetry import RecordTelemetry
 from soak.run.finalize import run_files
 from soak.run.gate_session import gates_from_journal
 from soak.run.matrix_run import matrix_from_journals
@@ -248,7 +250,7 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
         thresholds=verdict.thresholds,
         faults=[Fault.model_validate(f) for f in faults],
         windows=windows,
-        caveats=[],  # soak.judge.config_caveats fills them (issue 15)
+        caveats=config_caveats(config, load, identity, RecordTelemetry(), matrix),
         endurance=endurance,
         phases=phases,
         started_at=_first_wall(journals.events) or "",

@@ -21,6 +21,7 @@ from typing import Any
 
 from probes.gates import SuiteGate, gates_json
 from soak.after.journal_facts import RunJournals, as_json, config_thresholds, record_facts
+from soak.judge.config_caveats import config_caveats
 from soak.judge.coverage import coverage_problems
 from soak.judge.facts import Judgement
 from soak.judge.faults import gpu_faults_judgeable
@@ -28,7 +29,7 @@ from soak.judge.limits import percentile_method
 from soak.judge.thresholds import Threshold, ThresholdError
 from soak.judge.verdict import judge, status_of
 from soak.record.endurance import Endurance, WindowFigures
-from soak.record.faults import faults_from_events
+from soak.record.faults import faults_from_events, writes_incidents
 from soak.record.faults import load_start as faults_load_start
 from soak.record.journal import read_jsonl, sha256_file
 from soak.record.journal_lines import ProbeLine
@@ -115,12 +116,17 @@ def verify_run(run_dir: Path) -> list[str]:
 def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
     problems = _hash_problems(run_dir, rec)
     again = _load_again(run_dir, rec, problems)
+    _check_caveats(rec, again, problems)
     gates, bad_lines = gates_from_journal(run_dir)
     problems += bad_lines
     _diff("gates", gates_json(rec.gates), gates_json(gates), problems)
     _check_evidence(run_dir, rec, problems)
     journals = RunJournals.read(run_dir)
-    faults = faults_from_events(journals.event_lines(), faults_load_start(again, rec.matrix))
+    faults = faults_from_events(
+        journals.event_lines(),
+        faults_load_start(again, rec.matrix),
+        incidents=writes_incidents(rec.schema_version),  # a 1.2 record numbers none
+    )
     _diff("faults", {"faults": as_json(rec.faults)}, {"faults": faults}, problems)
     problems += coverage_problems(as_json(rec.telemetry))
     endurance = _timeline_again(run_dir, rec, journals, problems)
@@ -174,6 +180,22 @@ def _load_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> LoadSumma
     elif any(True for _ in read_jsonl(run_dir / "requests.jsonl")):
         problems.append("requests.jsonl holds requests but the record has no load summary")
     return None
+
+
+def _check_caveats(rec: RunRecord, load: LoadSummary | None, problems: list[str]) -> None:
+    """The record's caveats, derived again from its parts (the load recomputed from the
+    journal). A record older than schema 1.3 has none to compare."""
+    if "caveats" not in rec.model_fields_set:
+        return
+    again = config_caveats(rec.config, load, rec.identity, rec.telemetry, rec.matrix)
+    mine = [(c.code, c.message) for c in again]
+    theirs = [(c.code, c.message) for c in rec.caveats]
+    for code, msg in (c for c in mine if c not in theirs):
+        problems.append(
+            f"caveats: the record's parts imply {code!r} ({msg}), the record does not say it"
+        )
+    for code, msg in (c for c in theirs if c not in mine):
+        problems.append(f"caveats: the record says {code!r} ({msg}), its parts do not imply it")
 
 
 def _timeline_again(

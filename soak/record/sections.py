@@ -33,7 +33,9 @@ class RecordCaveat(Section):
 
     code: str
     """Stable machine name: ``prompt_pool_cycled``, ``closed_loop``, ``drain_in_denominator``,
-    ``one_run_per_recipe``, ``output_length_natural``, ``concurrency_not_occupancy``, …"""
+    ``one_run``, ``output_length_natural`` / ``output_length_fixed``,
+    ``concurrency_not_occupancy``, ``temperature_server_default``, ``warmup_excluded``,
+    ``matrix_scout`` (``soak.judge.config_caveats``)."""
     message: str
 
 
@@ -150,7 +152,8 @@ class Reconciliation(Section):
 class Fault(Section):
     """``faults[i]``: a fault, restart or endpoint-down event of the run."""
 
-    absent_unless_set = frozenset({"replica", "endpoint", "gpu", "xid", "ignored"})
+    absent_unless_set = frozenset({"replica", "endpoint", "gpu", "xid", "ignored", "incident"})
+    written_by_this_version = frozenset({"incident"})
 
     time_s: float | None = None
     """Seconds since the load's start (None when no load ran)."""
@@ -167,6 +170,10 @@ class Fault(Section):
     xid: int | None = None
     ignored: bool | None = None
     """An Xid waived by --ignore-xid."""
+    incident: int | None = None
+    """Which distinct fault this report is (1, 2, …): one Xid seen by DCGM, NVML and the
+    server log (its kernel line and the CUDA error it caused) is one fault with several
+    reports, each kept (``soak.record.faults``; schema 1.3)."""
 
 
 # --- thresholds and live gates -----------------------------------------------------------

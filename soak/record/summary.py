@@ -98,7 +98,11 @@ class _Tally:
     prompt_tokens: int
     output_tokens: int
     window_tokens: int
-    """Output tokens of requests that ended inside the issue window."""
+    """Output tokens of the judged requests that finished inside the issue window
+    (``end_s`` ≤ ``issue_end_s``): the numerator of ``output_tokens_per_s_issue_window``.
+    Finished in the window, not received in it: a judged request is sent inside the window
+    (a warm-up's are journaled apart), so one that ended by its close lies wholly inside,
+    and one still in flight then counts for nothing."""
     classes: Counter[str]
     sanity: Counter[str]
     """Completed responses per sanity flag."""

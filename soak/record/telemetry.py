@@ -12,17 +12,31 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from probes.server_histogram import estimate_words
 from soak.record.gpu_telemetry import GpuSourceStatus, GpuSummary, GpuView
 from soak.record.shape import Section
 
 # --- engine /metrics ---------------------------------------------------------------------
 
 
+class HistogramBucket(Section):
+    """The bucket that holds one estimated percentile: the estimate's resolution (schema
+    1.3). Where inside it the percentile lies is an assumption of the interpolation."""
+
+    lower: float = 0.0
+    """Its lower bound, seconds: the bound below it; 0 for the first bucket (Prometheus'
+    assumption), where the estimate only says "at most ``upper``"."""
+    upper: float | None = None
+    """Its upper bound (``le``), seconds; None for the +Inf bucket (the estimate is then
+    the highest finite bound, a lower bound of the truth)."""
+
+
 class ServerLatency(Section):
     """One server histogram (TTFT, E2E or queue time) over a window: percentiles by
-    bucket interpolation (``probes.engine_metrics.server_latency``); None: nothing seen."""
+    bucket interpolation (``probes.engine_metrics.server_latency``); None: nothing seen.
+    Shown with their buckets (``probes.server_histogram.estimate_words``)."""
 
-    absent_unless_set = frozenset({"note"})
+    absent_unless_set = frozenset({"note", "buckets"})
 
     p50: float | None = None
     p90: float | None = None
@@ -33,6 +47,16 @@ class ServerLatency(Section):
     method: str = ""
     note: str | None = None
     """A counter reset or the +Inf bucket shaped the numbers."""
+    buckets: dict[str, HistogramBucket] = Field(default_factory=dict)
+    """``p50``, ``p90``, ``p99`` → the bucket that holds it (schema 1.3; absent in older
+    records and where no percentile was estimated)."""
+
+    def shown(self, quantile: str) -> str:
+        """One percentile with its resolution: ``≈ 4.93 s (histogram: 2.5–5 s bucket)``,
+        ``≤ 0.3 s (first bucket)`` (``probes.server_histogram.estimate_words``)."""
+        value = {"p50": self.p50, "p90": self.p90, "p99": self.p99}[quantile]
+        b = self.buckets.get(quantile)
+        return estimate_words(value, b.lower if b else None, b.upper if b else None)
 
 
 class EngineView(Section):

@@ -13,6 +13,7 @@ import numpy as np
 
 from loadgen.stats import PercentileMethod, percentile
 from probes.host import fd_soft_limit
+from soak.judge.config_caveats import config_caveats
 from soak.judge.facts import RunFacts
 from soak.judge.faults import gpu_fault_events
 from soak.judge.limits import limits_from_config
@@ -29,12 +30,12 @@ from soak.record.models import (
     Reason,
     RunRecord,
     exit_code_for,
-    summary_csv,
     write_atomic,
     write_record,
 )
 from soak.record.sections import Fault, Reconciliation
 from soak.record.summary import LoadTiming, summarize_load, warmup_accounting
+from soak.record.summary_csv import summary_csv
 from soak.record.telemetry import RecordTelemetry
 from soak.run.gate_session import gates_from_journal, probe_accounting
 from soak.run.identity import build_identity
@@ -256,23 +257,25 @@ def finalize_run(parts: RunParts, tick: SnapshotTick, timing: LoadTiming | None)
     faults = faults_from_events(
         read_jsonl(st.run_dir / "events.jsonl"), load_start(facts.load, facts.matrix)
     )
+    config, identity = st.config.public_dict(), build_identity(st, parts.watchers)
+    telemetry = RecordTelemetry.model_validate(facts.telemetry)
     record = RunRecord(
         run_id=st.run_id,
         status=status,
         reasons=reasons,
         exit_code=exit_code_for(status, reasons),
-        config=st.config.public_dict(),
-        identity=build_identity(st, parts.watchers),
+        config=config,
+        identity=identity,
         load=facts.load,
         matrix=facts.matrix,
         gates=facts.gates,
         thresholds=verdict.thresholds,
-        telemetry=RecordTelemetry.model_validate(facts.telemetry),
+        telemetry=telemetry,
         reconciliation=Reconciliation.model_validate(facts.reconciliation),
         faults=[Fault.model_validate(f) for f in faults],
         client_health=facts.health if facts.health is not None else ClientHealth(),
         windows=windows,
-        caveats=[],  # soak.judge.config_caveats fills them (issue 15)
+        caveats=config_caveats(config, facts.load, identity, telemetry, facts.matrix),
         endurance=endurance,
         phases=st.phases,
         started_at=st.started_at,

@@ -15,6 +15,7 @@ from loadgen.stats import LatencyStats
 from soak.record.telemetry import EngineSummary, EngineView, ServerLatency
 from tui.fmt import secs
 from tui.glyphs import Glyphs
+from tui.panes import matrix
 from tui.panes.base import Pane, Part, line, lines, muted
 from tui.panes.endurance import CHANGE_CELLS, change_part, trend_rows
 from tui.runview import RunView
@@ -60,14 +61,37 @@ def server_ttft(view: RunView) -> list[tuple[int | None, ServerLatency]]:
     return found
 
 
+def server_estimate(stats: ServerLatency, quantile: str, g: Glyphs) -> str:
+    """A server percentile as its histogram resolves it: the bucket that holds it
+    (``2.5–5s``), ``≤0.3s`` inside the first bucket, ``≥7680s`` in the +Inf one; the bare
+    estimate when the entry has no buckets (a record older than schema 1.3)."""
+    value = {"p50": stats.p50, "p90": stats.p90, "p99": stats.p99}[quantile]
+    b = stats.buckets.get(quantile)
+    if b is None or value is None:
+        return secs(value, g)
+    at_most, at_least, dash = ("<=", ">=", "-") if g.ascii else ("≤", "≥", "–")
+    if b.upper is None:
+        return f"{at_least}{b.lower:g}s"
+    if b.lower <= 0:
+        return f"{at_most}{b.upper:g}s"
+    return f"{b.lower:g}{dash}{b.upper:g}s"
+
+
 class LatencyPane(Pane):
-    """A percentile table; the window's columns join the cumulative ones when wide."""
+    """A percentile table; the window's columns join the cumulative ones when wide. In a
+    matrix run, the matrix pane (:mod:`tui.panes.matrix`) in its place: the same key."""
 
     NUMBER = 3
     TITLE = "latency"
 
+    def title_for(self, view: RunView | None) -> str:
+        """``matrix`` while a matrix run's progress is shown, else ``latency``."""
+        return "matrix" if view is not None and view.matrix is not None else self.TITLE
+
     def build(self, view: RunView, width: int, height: int) -> Content:
         g = view.glyphs
+        if view.matrix is not None:  # pooled percentiles would mix the cells' inputs
+            return matrix.build(view.matrix, g, width, height)
         load = view.snapshot.load if view.snapshot else None
         cum, win = (load.cumulative, load.window) if load else (None, None)
         if cum is None and win is None:
@@ -145,7 +169,8 @@ class LatencyPane(Pane):
             out.append(
                 line(
                     muted(f"srv TTFT {who} "),
-                    f"p50 {secs(stats.p50, g)}  p99 {secs(stats.p99, g)}",
+                    f"p50 {server_estimate(stats, 'p50', g)}  "
+                    f"p99 {server_estimate(stats, 'p99', g)}",
                 )
             )
         if not servers:
