@@ -2,130 +2,38 @@
 
 ``compare`` reproduces the seed-000 table: one column per run, the measurements as rows
 (completed requests, load failures, elapsed including drain, output tokens/s, P99 TTFT and
-E2E, each gate before/after, the whole-run verdict), headed by what differs in the runs'
-configurations. Records of schema 1.2 add "Drift first → last" (and the text output each
-run's drift and leak table below: :mod:`soak.after.endurance_table`). INVALID and ABORTED
-runs keep their own columns with every figure flagged: a figure from a run that did not
-measure what it meant to is never presented as if it had.
+E2E, each gate before/after, the whole-run verdict). Each column is headed by the run's
+name and the recipe facts it differs in (``baseline · 32 slots/replica · 95% GPU memory``:
+:mod:`soak.after.compare_headers`); every other difference, a "same recipe" line when
+there is none, and each run's record caveats are listed under the table. Records of
+schema 1.2 add "Drift first → last" (and the text output each run's drift and leak table
+below: :mod:`soak.after.endurance_table`). INVALID and ABORTED runs keep their own columns
+with every figure flagged: a figure from a run that did not measure what it meant to is
+never presented as if it had, and an invalid run that also failed as a server attempt
+says both (:mod:`soak.record.status_label`).
 
-Records are read defensively (:func:`read_run`): a record written by an older or newer
-soaktop, which lacks keys :class:`~soak.record.models.RunRecord` requires or has keys it does
-not declare, is still read into the model (:func:`soak.after.record_view.read_leniently`), and
-those keys are named in ``problems`` instead of crashing the command.
+Run directories are read by :mod:`soak.after.run_view` (leniently, naming what another
+soaktop version's record lacks or adds); its names are importable from here too.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import orjson
-from pydantic import ValidationError
-
+from soak.after.compare_headers import Caveats, Headers, build_headers, run_caveats
 from soak.after.endurance_table import drift_cell, endurance_text, has_timeline
-from soak.after.record_view import config_value, memory_target, read_leniently
-from soak.record.models import Reason, RunRecord, Status
+from soak.after.record_view import config_value, memory_target
+from soak.after.run_view import RUN_FILES as RUN_FILES
+from soak.after.run_view import NotARunDir as NotARunDir
+from soak.after.run_view import RunView as RunView
+from soak.after.run_view import is_run_dir as is_run_dir
+from soak.after.run_view import list_runs as list_runs
+from soak.after.run_view import read_run as read_run
+from soak.after.run_view import schema_problems as schema_problems
+from soak.record.models import Reason
 from soak.safe_text import safe_line
-
-RUN_FILES = ("record.json", "config.json", "runner.pid")
-"""A directory holding any of these is a soaktop run directory."""
-
-
-class NotARunDir(ValueError):
-    """The path is not a soaktop run directory (the message names it)."""
-
-
-@dataclass
-class RunView:
-    """One run directory as compare, runs and report read it."""
-
-    path: Path
-    run_id: str
-    status: str
-    """PASSED/FAILED/INVALID/ABORTED from the record; ``running`` or ``no record`` without
-    one; ``unreadable`` when record.json is not JSON."""
-    record: RunRecord | None = None
-    """The record (read leniently when another soaktop version wrote it: see ``problems``);
-    None without one, or when it is damaged."""
-    problems: list[str] = field(default_factory=list)
-    """Why the record did not validate: missing fields, unknown fields, bad values."""
-    started: float = 0.0
-    """Epoch seconds the run started (record ``started_at``, else config.json's mtime)."""
-    fields: frozenset[str] = frozenset()
-    """The record's own top-level keys (validation fills defaults for the ones it lacks:
-    this says which ones an older soaktop did not write)."""
-
-    @property
-    def valid(self) -> bool:
-        """Only PASSED and FAILED runs measured what they meant to."""
-        return self.status in ("PASSED", "FAILED")
-
-
-def is_run_dir(path: Path) -> bool:
-    """True when ``path`` is a directory holding a record, a config or a runner PID."""
-    return path.is_dir() and any((path / f).exists() for f in RUN_FILES)
-
-
-def read_run(path: Path) -> RunView:
-    """Read one run directory; raises :class:`NotARunDir` for anything else."""
-    if not is_run_dir(path):
-        raise NotARunDir(f"{path} is not a soaktop run directory (no record.json or config.json)")
-    started = _mtime(path / "config.json") or _mtime(path)
-    rec_path = path / "record.json"
-    if not rec_path.exists():
-        from soak.run.spawn import AttachedRunner  # psutil only when a run has no record
-
-        status = "running" if AttachedRunner(path).alive() else "no record"
-        return RunView(path, path.name, status, started=started)
-    try:
-        raw = orjson.loads(rec_path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as e:
-        return RunView(path, path.name, "unreadable", problems=[f"record.json: {e}"])
-    if not isinstance(raw, dict):
-        return RunView(path, path.name, "unreadable", problems=["record.json is not an object"])
-    # A record that does not say its verdict is no valid measurement (its status shows "?").
-    record, error = read_leniently(RunRecord, raw, fills={("status",): Status.INVALID.value})
-    problems = schema_problems(error) if error is not None else []
-    if record is None:  # values of the wrong type: damage, not another soaktop version
-        return RunView(path, path.name, "unreadable", problems=problems, started=started)
-    status = record.status.value if "status" in raw else "?"
-    view = RunView(
-        path, record.run_id or path.name, status, record, problems, fields=frozenset(raw)
-    )
-    view.started = _iso_epoch(record.started_at) or started
-    return view
-
-
-def schema_problems(e: ValidationError) -> list[str]:
-    """One line per validation error: ``missing field load.elapsed_s`` and the like."""
-    out = []
-    for err in e.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(record)"
-        if err["type"] == "missing":
-            out.append(f"missing field {where}")
-        elif err["type"] == "extra_forbidden":
-            out.append(f"field {where} is not in this soaktop's record schema")
-        else:
-            out.append(f"field {where}: {err['msg']}")
-    return out
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def _iso_epoch(value: Any) -> float | None:
-    try:
-        return datetime.fromisoformat(str(value)).timestamp()
-    except ValueError:
-        return None
-
 
 # --- the verdict in the seed's words ---------------------------------------------------
 
@@ -144,7 +52,9 @@ def _short(text: str, n: int = 72) -> str:
 
 
 def verdict_words(view: RunView) -> str:
-    """``Passed recorded checks``, ``Failed post-load JSON check``, ``Invalid: ...``."""
+    """``Passed recorded checks``, ``Failed post-load JSON check``, ``Invalid: ...``; an
+    invalid (or aborted) run that also failed as a server attempt says both, as seed 000
+    does: ``Invalid as a load measurement (…) and failed as a server attempt (…)``."""
     if view.record is None:
         return {"running": "Still running", "no record": "No record"}.get(
             view.status, f"No readable record ({view.status})"
@@ -155,19 +65,30 @@ def verdict_words(view: RunView) -> str:
     mine = [r for r in view.record.reasons if r.effect == effect]
     if effect is None or not mine:
         return f"{view.status.capitalize()} (no reason recorded)"
-    first, more = mine[0], len(mine) - 1
-    msg, code = first.message, first.code
-    if view.status != "FAILED":
-        words = f"{view.status.capitalize()}: {_short(': '.join(msg.split(': ')[:2]))}"
-    elif code == "gate_failed" and (m := _GATE_RE.match(msg)):
-        words = f"Failed {_PHASE_WORDS[m.group(1)]} {suite_title(m.group(2))} check"
-    elif code == "load_failures":  # "176 of 456 load requests failed: 64 connect_error, ..."
-        words = f"Failed load-phase requests ({msg.split(' load requests')[0]} failed)"
-    elif code == "before_gates_failed":
-        words = "Failed pre-load checks (no load run)"
-    else:  # "endpoint 1 log: CUDA illegal memory access at 17 s: <the log line>"
-        words = f"Failed: {_short(': '.join(msg.split(': ')[:2]))}"
-    return words + (f" (+{more} more)" if more else "")
+    more = f" (+{len(mine) - 1} more)" if len(mine) > 1 else ""
+    if view.status == "FAILED":
+        return _failed_words(mine[0]) + more
+    why = _short(": ".join(mine[0].message.split(": ")[:2]))
+    failed = [r for r in view.record.reasons if r.effect == "failed"]
+    if not failed:
+        return f"{view.status.capitalize()}: {why}{more}"
+    what = "Invalid as a load measurement" if view.status == "INVALID" else "Aborted"
+    server = _failed_words(failed[0]).removeprefix("Failed").lstrip(": ")
+    also = f", +{len(failed) - 1} more" if len(failed) > 1 else ""
+    return f"{what} ({why}{more}) and failed as a server attempt ({server}{also})"
+
+
+def _failed_words(reason: Reason) -> str:
+    """A ``failed``-effect reason in the seed's words."""
+    msg, code = reason.message, reason.code
+    if code == "gate_failed" and (m := _GATE_RE.match(msg)):
+        return f"Failed {_PHASE_WORDS[m.group(1)]} {suite_title(m.group(2))} check"
+    if code == "load_failures":  # "176 of 456 load requests failed: 64 connect_error, ..."
+        return f"Failed load-phase requests ({msg.split(' load requests')[0]} failed)"
+    if code == "before_gates_failed":
+        return "Failed pre-load checks (no load run)"
+    # "endpoint 1 log: CUDA illegal memory access at 17 s: <the log line>"
+    return f"Failed: {_short(': '.join(msg.split(': ')[:2]))}"
 
 
 # --- compare -----------------------------------------------------------------------
@@ -310,6 +231,15 @@ class Comparison:
     rows: list[list[str]]
     differences: dict[str, list[Any]]
     data: list[dict[str, Any]]
+    headers: Headers
+    """Each column's header and the differences it leaves to the lines under the table."""
+    caveats: Caveats
+    """Each run's record caveats, the shared ones once."""
+
+    @property
+    def header(self) -> list[str]:
+        """The table's header row: ``Measurement`` and each run's column header."""
+        return ["Measurement", *self.headers.headers]
 
 
 def _reasons(view: RunView) -> list[Reason]:
@@ -318,22 +248,11 @@ def _reasons(view: RunView) -> list[Reason]:
 
 def _flag(view: RunView, text: str) -> str:
     """A figure of a run that is not a valid measurement says so in its cell."""
-    if text == "—" or view.valid:
-        return text
-    return f"{text} ({view.status.lower()})"
+    return view.flag(text)
 
 
-def compare(views: list[RunView]) -> Comparison:
-    """The seed-000 table for these runs, in the order given."""
-    diffs = config_differences(views)
-    confs = [configuration(v) for v in views]
-    rows = [["Configuration", *(_config_text(c) for c in confs)]]
-    rows += [
-        [f"config {k}", *(_val(x) for x in vals)]
-        for k, vals in diffs.items()
-        if k not in ("concurrency", "replicas")  # already in the configuration row
-    ]
-    figs = [figures(v) for v in views]
+def _figure_rows(views: list[RunView], figs: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
     for label, key, fmt in _FIGURE_ROWS:
         rows.append(
             [label]
@@ -344,7 +263,11 @@ def compare(views: list[RunView]) -> Comparison:
         )
     if any(has_timeline(v.record, v.fields) for v in views):  # a 1.2 record: its timeline
         rows.append(["Drift first → last", *(_flag(v, drift_cell(v.record)) for v in views)])
-    gates = [gate_cells(v) for v in views]
+    return rows
+
+
+def _gate_rows(views: list[RunView], gates: list[dict[str, dict[str, str]]]) -> list[list[str]]:
+    rows = []
     for suite in sorted({s for g in gates for s in g}, key=lambda s: (s != "json", s)):
         cells = [g.get(suite, {}) for g in gates]
         rows.append(
@@ -359,26 +282,61 @@ def compare(views: list[RunView]) -> Comparison:
                 [f"{suite_title(suite)} canary"]
                 + [_flag(v, c.get("canary", "—")) for v, c in zip(views, cells, strict=True)]
             )
+    return rows
+
+
+def compare(views: list[RunView]) -> Comparison:
+    """The seed-000 table for these runs, in the order given."""
+    diffs = config_differences(views)
+    confs = [configuration(v) for v in views]
+    heads = build_headers(views, confs, diffs)
+    # Labels head the columns: the run ids stay in the table, first.
+    rows = [["Run", *(v.run_id for v in views)]] if heads.by_label else []
+    rows.append(["Configuration", *(_config_text(c) for c in confs)])
+    rows += [
+        [f"config {k}", *(_val(x) for x in vals)]
+        for k, vals in diffs.items()
+        if k not in ("concurrency", "replicas")  # already in the configuration row
+    ]
+    figs = [figures(v) for v in views]
+    rows += _figure_rows(views, figs)
+    gates = [gate_cells(v) for v in views]
+    rows += _gate_rows(views, gates)
     verdicts = [verdict_words(v) for v in views]
     rows.append(["Whole-run verdict", *verdicts])
     data = [
         {
             "run_id": v.run_id,
+            "name": name,
+            "header": head,
             "path": str(v.path),
             "status": v.status,
+            "status_label": v.label,
             "valid": v.valid,
             "problems": v.problems,
             "configuration": c,
+            "recipe": facts,
             "figures": f,
             "gates": g,
             "verdict": w,
             "reasons": [r.model_dump(mode="json") for r in _reasons(v)],
+            "caveats": [k.model_dump(mode="json") for k in v.record.caveats] if v.record else [],
             "drift": drift_cell(v.record) if has_timeline(v.record, v.fields) else None,
             "endurance": _endurance_json(v),
         }
-        for v, c, f, g, w in zip(views, confs, figs, gates, verdicts, strict=True)
+        for v, name, head, facts, c, f, g, w in zip(
+            views,
+            heads.names,
+            heads.headers,
+            heads.facts,
+            confs,
+            figs,
+            gates,
+            verdicts,
+            strict=True,
+        )
     ]
-    return Comparison(views, rows, diffs, data)
+    return Comparison(views, rows, diffs, data, heads, run_caveats(views))
 
 
 def _endurance_json(view: RunView) -> dict[str, Any] | None:
@@ -387,11 +345,14 @@ def _endurance_json(view: RunView) -> dict[str, Any] | None:
 
 
 def comparison_json(cmp: Comparison) -> dict[str, Any]:
-    """``--json``: runs with their figures, the config differences and the table rows."""
+    """``--json``: runs with their figures, the column headers, every difference they do
+    not name, the caveats, the config differences and the table rows."""
     return {
         "runs": cmp.data,
+        **cmp.headers.json(),
+        "caveats": cmp.caveats.json(cmp.headers.names),
         "config_differences": cmp.differences,
-        "header": ["Measurement", *(v.run_id for v in cmp.runs)],
+        "header": cmp.header,
         "rows": cmp.rows,
     }
 
@@ -403,36 +364,57 @@ def comparison_notes(cmp: Comparison, invalid_hint: str = "") -> list[str]:
     for v in cmp.runs:
         if not v.valid:
             out.append(
-                f"{v.run_id}: {v.status} — its figures are not a valid measurement "
+                f"{v.run_id}: {v.label} — its figures are not a valid measurement "
                 f"and are not comparable with the others{invalid_hint}"
             )
         out += [f"{v.run_id}: record {p}" for p in v.problems]
     return out
 
 
+def under_table(cmp: Comparison) -> list[tuple[str, list[str]]]:
+    """What is listed under the table, as (heading, items): every difference the headers
+    do not name (or that the recipes are the same), then the caveats per group."""
+    heads, names = cmp.headers, cmp.headers.names
+    out: list[tuple[str, list[str]]] = []
+    if heads.others:
+        out.append(("Other differences", [d.text(names) for d in heads.others]))
+    if heads.same_recipe:
+        out.append(("Same recipe", [heads.same_recipe]))
+    out += [(f"Caveats, {who}", items) for who, items in cmp.caveats.lines(names)]
+    return out
+
+
 def render_markdown(cmp: Comparison) -> str:
-    """The table as Markdown, exactly the seed's shape (``| Measurement | run | run |``)."""
+    """The table as Markdown, exactly the seed's shape (``| Measurement | run | run |``),
+    then the differences and caveats under it."""
 
     def cell(s: str) -> str:
         return safe_line(s).replace("|", "\\|")
 
-    header = ["Measurement", *(v.run_id for v in cmp.runs)]
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |"]
-    lines.append("|" + "---|" * len(header))
+    lines = ["| " + " | ".join(cell(h) for h in cmp.header) + " |"]
+    lines.append("|" + "---|" * len(cmp.header))
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in cmp.rows]
+    for heading, items in under_table(cmp):
+        lines += ["", f"{safe_line(heading)}:", *(f"- {safe_line(i)}" for i in items)]
     notes = comparison_notes(cmp)
     lines += ["", *(f"- {safe_line(n)}" for n in notes)] if notes else []
     return "\n".join(lines) + "\n"
 
 
 def render_text(cmp: Comparison) -> str:
-    """The table as aligned plain text, one column per run."""
-    header = ["Measurement", *(v.run_id for v in cmp.runs)]
+    """The table as aligned plain text, one column per run, then what is under it."""
     # Cells quote records (run ids, reasons): escapes shown, before the widths are taken.
-    table = [[safe_line(c) for c in r] for r in (header, *cmp.rows)]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    table = [[safe_line(c) for c in r] for r in (cmp.header, *cmp.rows)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(cmp.header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    below = under_table(cmp)
+    lines += [""] if below else []
+    for heading, items in below:
+        if len(items) == 1:
+            lines.append(f"{safe_line(heading)}: {safe_line(items[0])}")
+        else:
+            lines += [f"{safe_line(heading)}:", *(f"  - {safe_line(i)}" for i in items)]
     lines += [f"note: {safe_line(n)}" for n in comparison_notes(cmp)]
     if any(has_timeline(v.record, v.fields) for v in cmp.runs):  # each run's drift and leaks
         for v in cmp.runs:
@@ -443,20 +425,17 @@ def render_text(cmp: Comparison) -> str:
 # --- runs ------------------------------------------------------------------------------
 
 
-def list_runs(folder: Path) -> list[RunView]:
-    """Every run directory directly under ``folder``, newest first."""
-    views = [read_run(p) for p in folder.iterdir() if is_run_dir(p)]
-    return sorted(views, key=lambda v: (v.started, v.run_id), reverse=True)
-
-
 def run_line(view: RunView) -> dict[str, Any]:
-    """One row of ``soaktop runs``."""
+    """One row of ``soaktop runs``: figures as numbers, ``figures_valid`` and the
+    ``status_label`` saying whether they are a valid measurement."""
     f = figures(view)
     reasons = _reasons(view)
     first = reasons[0].message if reasons else (view.problems[0] if view.problems else None)
     return {
         "run_id": view.run_id,
         "status": view.status,
+        "status_label": view.label,
+        "figures_valid": view.valid,
         "completed": f["completed"],
         "output_tokens_per_s": f["output_tokens_per_s"],
         "p99_ttft_s": f["p99_ttft_s"],
@@ -466,17 +445,19 @@ def run_line(view: RunView) -> dict[str, Any]:
 
 
 def render_runs(views: list[RunView], width: int = 160) -> str:
-    """``soaktop runs``: run id, status, completed, output tok/s, p99 TTFT, first reason."""
+    """``soaktop runs``: run id, status label, completed, output tok/s and p99 TTFT (both
+    flagged when the run is not a valid measurement), first reason."""
     rows = [["RUN", "STATUS", "COMPLETED", "OUT TOK/S", "P99 TTFT", "FIRST REASON"]]
     for v in views:
         ln = run_line(v)
+        tok, ttft = ln["output_tokens_per_s"], ln["p99_ttft_s"]
         rows.append(
             [
                 ln["run_id"],
-                ln["status"],
+                ln["status_label"],
                 "—" if ln["completed"] is None else f"{ln['completed']:,}",
-                "—" if ln["output_tokens_per_s"] is None else f"{ln['output_tokens_per_s']:,.1f}",
-                "—" if ln["p99_ttft_s"] is None else f"{ln['p99_ttft_s']:.3f} s",
+                v.flag("—" if tok is None else f"{tok:,.1f}"),
+                v.flag("—" if ttft is None else f"{ttft:.3f} s"),
                 str(ln["first_reason"] or ""),
             ]
         )

@@ -19,9 +19,23 @@ from loadgen.stats import LatencyStats
 from soak.after.record_view import read_leniently
 from soak.record.events import Event
 from soak.record.journal import DropWriteErrors, JsonlTail
-from soak.record.models import EXIT_CODES, EXIT_STORAGE, RunRecord, Status, load_record
+from soak.record.models import (
+    EXIT_CODES,
+    EXIT_DETACHED_SIGNAL,
+    EXIT_STORAGE,
+    RunRecord,
+    Status,
+    load_record,
+)
 from soak.record.sections import GateProgress, ThresholdState
-from soak.record.snapshot import Snapshot
+from soak.record.snapshot import MatrixProgress, Snapshot
+from soak.record.status_label import (
+    figure_flag,
+    figures_valid,
+    flagged,
+    status_label,
+    status_words,
+)
 from soak.run.spawn import AttachedRunner, RunnerHandle
 from soak.safe_text import safe_line
 
@@ -38,7 +52,10 @@ def _mmss(s: float | None) -> str:
 
 
 def status_line(snap: Snapshot) -> str:
-    """One operator line: phase, time, counts, failures, concurrency, tok/s, TTFT, E2E."""
+    """One operator line: phase, time, counts, failures, concurrency, tok/s, TTFT, E2E.
+    A matrix run's says the cell and repetition instead (:func:`matrix_status_line`)."""
+    if snap.matrix is not None and not snap.phase.endswith("_gates"):
+        return matrix_status_line(snap, snap.matrix)
     load, phase = snap.load, snap.phase
     if phase == "load":
         where = f"load {_mmss(load.issue_elapsed_s)}/{_mmss(load.issue_total_s)}"
@@ -62,6 +79,32 @@ def status_line(snap: Snapshot) -> str:
     )
 
 
+def matrix_status_line(snap: Snapshot, m: MatrixProgress) -> str:
+    """``[cell 3/4 ~6000/C4 · rep 2/3 · 3/4 requests] done 21 fail 0 | in-flight 3/4 of 4
+    | out tok/s 412 win | last cell ~6000 / C1: median E2E 3.120 s, TTFT 0.412 s``: no
+    issue window and no percentiles pooled across cells (they mix different inputs)."""
+    load = snap.load
+    where = m.where()
+    if snap.phase not in ("warmup", "matrix"):
+        where = f"{snap.phase} {_mmss(snap.phase_elapsed_s)} · {where}"
+    fails = load.failures_by_class
+    fail_txt = ", ".join(f"{n} {c}" for c, n in fails.items()) if fails else "0"
+    win = load.window
+    tok_win = _f(win.output_tokens_per_s if win is not None else None, "{:.0f}")
+    last = m.finished[-1] if m.finished else None
+    cell = (
+        f"last cell {last.label}: median E2E {_f(last.e2e_median_s)} s, "
+        f"TTFT {_f(last.ttft_content_median_s)} s"
+        if last is not None
+        else "no cell finished yet"
+    )
+    return safe_line(
+        f"[{where}] done {load.completed} fail {fail_txt} | "
+        f"in-flight {load.in_flight}/{load.workers_started} of {load.requested_concurrency} | "
+        f"out tok/s {tok_win} win | {cell}"
+    )
+
+
 def gate_text(gates: dict[str, dict[str, GateProgress]]) -> str:
     """``before json 24/24 tools 8/8; after json 3/24…`` (done so far when unfinished)."""
     parts = []
@@ -76,27 +119,37 @@ def gate_text(gates: dict[str, dict[str, GateProgress]]) -> str:
 
 
 def final_report(rec: RunRecord, run_dir: Path) -> str:
-    """The verdict block printed when a run ends."""
-    out = [f"{rec.status.value}  {rec.run_id}"]
+    """The verdict block printed when a run ends (the TUI frontend prints it too).
+
+    A run that is not a valid measurement (INVALID, ABORTED) says so on its first line,
+    in seed 000's words when it also failed as a server attempt (``INVALID + FAILED``),
+    and each throughput and latency figure carries ``(invalid)``/``(aborted)``."""
+    status = rec.status.value
+    head = f"{status_label(rec)}  {rec.run_id}"
+    out = [head if figures_valid(rec) else f"{head}  ({status_words(rec)})"]
     for r in rec.reasons:
         out.append(f"  - [{r.effect}] {r.message}")
+
+    def fig(v: float | None, fmt: str = "{:.3f}") -> str:
+        return flagged(status, _f(v, fmt))
+
     if rec.load and rec.load.barrier_released:
         ld = rec.load
         out.append(
             f"  completed {ld.completed}, failed {ld.failed}, "
             f"elapsed {_f(ld.elapsed_s, '{:.2f}')} s "
             f"(issue {_f(ld.issue_s, '{:.2f}')} + drain {_f(ld.drain_s, '{:.2f}')}), "
-            f"output {_f(ld.output_tokens_per_s, '{:.1f}')} tok/s, "
-            f"P99 TTFT {_f(ld.ttft_s.p99)} s, P99 E2E {_f(ld.e2e_s.p99)} s "
-            f"({ld.ttft_s.method})"
+            f"output {fig(ld.output_tokens_per_s, '{:.1f}')} tok/s, "
+            f"P99 TTFT {_f(ld.ttft_s.p99)} s{figure_flag(status)}, "
+            f"P99 E2E {_f(ld.e2e_s.p99)} s{figure_flag(status)} ({ld.ttft_s.method})"
         )
     if rec.matrix is not None:
         out.append("  matrix cell      done  median E2E  p50 (nearest)  TTFT content  input tok")
         for c in rec.matrix.cells:
             out.append(
                 f"  {c.label:<14} {c.completed:>3}/{c.completed + c.failed:<3} "
-                f"{_f(c.e2e_median_s):>9} s {_f(c.e2e_p50_nearest_s):>12} s "
-                f"{_f(c.ttft_content_median_s):>11} s  {_f(c.input_tokens_mean, '{:,.0f}'):>9}"
+                f"{fig(c.e2e_median_s):>9} s {fig(c.e2e_p50_nearest_s):>12} s "
+                f"{fig(c.ttft_content_median_s):>11} s  {_f(c.input_tokens_mean, '{:,.0f}'):>9}"
             )
     if rec.gates:
         out.append(
@@ -109,7 +162,8 @@ def final_report(rec: RunRecord, run_dir: Path) -> str:
     trend = [t for t in rec.thresholds if t.metric.startswith(("drift.", "leak."))]
     for t in rec.thresholds:
         if t not in trend:
-            out.append(f"  threshold {t.condition}: {t.state} (observed {t.observed})")
+            observed = flagged(status, str(t.observed), ("None",))
+            out.append(f"  threshold {t.condition}: {t.state} (observed {observed})")
     out += _endurance_lines(rec, trend)
     if evidence := sorted(p for p in rec.files if p.startswith("evidence/")):
         shown = ", ".join(evidence[:5]) + (
@@ -227,7 +281,8 @@ def event_line(ev: Event) -> str:
 _SHOWN_EVENTS = frozenset(
     {"phase", "barrier", "control", "mark", "fault", "health", "gate", "threshold"}
 )
-EXIT_DETACHED = 128 + signal.SIGHUP
+EXIT_DETACHED = EXIT_DETACHED_SIGNAL
+"""What a detach on a signal exits with (129, as ``128 + SIGHUP``)."""
 
 
 def _detached(handle: RunnerHandle | AttachedRunner, out: TextIO) -> int:
@@ -249,8 +304,8 @@ def _endurance_lines(rec: RunRecord, trend: list[ThresholdState]) -> list[str]:
         return []
     if not e.judged:
         return [f"  endurance: not judged — {e.not_judged_why}"]
-    found = [f.words for f in e.drift if f.state == "drift"]
-    found += [f.words for f in e.leaks if f.state == "leak"]
+    found = [flagged(rec.status.value, f.words) for f in e.drift if f.state == "drift"]
+    found += [flagged(rec.status.value, f.words) for f in e.leaks if f.state == "leak"]
     bad = [t.condition for t in trend if t.state != "ok"]
     head = (
         f"  endurance: {e.judged_windows} windows of {e.window_s} s judged "

@@ -5,7 +5,7 @@
 code: 0, or 2 (``EXIT_USAGE``) when a path is not what the command needs (named in the
 message). None of them starts a run or writes to a run directory except ``report``,
 which writes ``RUN/report.html`` unless ``--html`` says where; ``compare --html FILE`` and
-``--markdown FILE`` write only the FILE given.
+``--markdown FILE``, and ``runs --csv FILE`` (atomically), write only the FILE given.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     cmp = sub.add_parser(
         "compare",
         help="finished runs side by side (the seed-000 table)",
-        description="One column per run: configuration differences, completed requests, "
-        "load failures, elapsed incl. drain, output tok/s, P99 TTFT/E2E, drift first → last "
-        "(records with a window series), gates before/after, verdict; then each run's drift "
-        "and leak table. INVALID and ABORTED runs keep their own flagged columns.",
+        description="One column per run, headed by the run's name and the recipe facts it "
+        "differs in: configuration, completed requests, load failures, elapsed incl. drain, "
+        "output tok/s, P99 TTFT/E2E, drift first → last (records with a window series), "
+        "gates before/after, verdict; under it every other difference and each run's "
+        "caveats, then each run's drift and leak table. INVALID and ABORTED runs keep their "
+        "own flagged columns.",
     )
     cmp.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run directories")
     cmp.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -51,6 +53,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "dir", nargs="?", type=Path, default=Path("runs"), metavar="DIR", help="default ./runs"
     )
     runs.add_argument("--json", action="store_true", help="one JSON object per run")
+    runs.add_argument(
+        "--csv",
+        type=Path,
+        metavar="FILE",
+        help="also write the results CSV: one row per run, summary.csv's columns with "
+        "status labels, the recipe and the directory ('-': stdout instead of the table)",
+    )
     runs.set_defaults(handler=cmd_runs)
 
     rep = sub.add_parser(
@@ -149,6 +158,20 @@ def cmd_runs(ns: argparse.Namespace) -> int:
         else v
         for v in views
     ]
+    csv_path = getattr(ns, "csv", None)
+    if csv_path is not None:
+        from soak.after.runs_csv import runs_csv
+        from soak.record.models import write_atomic
+
+        data = runs_csv(views)  # every cell through safe_csv_cell
+        if str(csv_path) == "-":
+            sys.stdout.write(data.decode())
+            return 0
+        try:
+            write_atomic(csv_path, data)
+        except OSError as e:
+            return _usage("runs", f"cannot write {csv_path}: {e.strerror or e}")
+        print(f"soaktop runs: wrote {csv_path} ({len(views)} runs)", file=sys.stderr)
     if ns.json:
         for v in views:
             print(safe_json(orjson.dumps(run_line(v)).decode()))

@@ -39,8 +39,6 @@ as empty and is written back without them.
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from enum import StrEnum
 from pathlib import Path
@@ -66,7 +64,6 @@ from soak.record.sections import (
 )
 from soak.record.shape import AbsentUnlessSet
 from soak.record.telemetry import RecordTelemetry
-from soak.safe_text import safe_csv_cell
 
 SCHEMA_VERSION = "1.3"
 """``MAJOR.MINOR`` of ``record.json`` and of each snapshot line (see the module docstring)."""
@@ -103,6 +100,12 @@ EXIT_USAGE = 2
 EXIT_STORAGE = 5
 """The run directory could not be written (disk full, I/O error, quota): issuing stopped
 and the record says why (or, before the first request, no run directory was left)."""
+EXIT_DETACHED_OPERATOR = 6
+"""The operator detached the monitor (``d``): the run goes on; ``soaktop attach DIR``
+follows it again. Distinct from PASSED: nothing is known yet of the run's verdict."""
+EXIT_DETACHED_SIGNAL = 128 + 1
+"""The CLI detached on a signal (SIGHUP: the terminal went away; any signal to
+``attach``), headless or in the monitor: the run goes on and writes its record."""
 
 
 class Reason(BaseModel):
@@ -240,7 +243,11 @@ class LoadSummary(AbsentUnlessSet):
     output_tokens_per_s: float | None = None
     """output_tokens / elapsed_s (drain included)."""
     output_tokens_per_s_issue_window: float | None = None
-    """Output tokens of requests that ended inside the issue window / issue_s."""
+    """Output tokens of the judged requests that finished inside the issue window
+    (``end_s`` ≤ ``issue_end_s``; a judged request is sent inside it, so each counted one
+    lies wholly inside) ÷ ``issue_s``. A request still in flight when issuing stopped adds
+    nothing, not even the tokens it had received by then: this counts requests finished in
+    the window, not tokens received in it (the journal has no per-token counts)."""
     requests_per_s: float | None = None
     """completed / elapsed_s."""
     ttft_s: LatencyStats = Field(default_factory=LatencyStats)
@@ -387,54 +394,3 @@ def write_record(run_dir: Path, record: RunRecord) -> None:
 def load_record(run_dir: Path) -> RunRecord:
     """Read and validate record.json."""
     return RunRecord.model_validate_json((run_dir / "record.json").read_bytes())
-
-
-SUMMARY_COLUMNS = (
-    "run_id",
-    "status",
-    "requested_concurrency",
-    "workers_started",
-    "completed_requests",
-    "load_failures",
-    "elapsed_incl_drain_s",
-    "output_tokens_per_s",
-    "p99_ttft_s",
-    "p99_e2e_s",
-    "gates",
-    "reasons",
-)
-
-
-def summary_csv(record: RunRecord) -> bytes:
-    """One row of the seed-000 table: the measurements and their status labels."""
-    load = record.load
-    gates = "; ".join(
-        f"{phase} {suite} {res.passed}/{res.total}"
-        for phase, suites in record.gates.items()
-        for suite, res in suites.items()
-    )
-    row = {
-        "run_id": record.run_id,
-        "status": record.status.value,
-        "requested_concurrency": load.requested_concurrency if load else "",
-        "workers_started": load.workers_started if load else "",
-        "completed_requests": load.completed if load else "",
-        "load_failures": load.failed if load else "",
-        "elapsed_incl_drain_s": _fmt(load.elapsed_s if load else None),
-        "output_tokens_per_s": _fmt(load.output_tokens_per_s if load else None),
-        "p99_ttft_s": _fmt(load.ttft_s.p99 if load else None),
-        "p99_e2e_s": _fmt(load.e2e_s.p99 if load else None),
-        "gates": gates or "not run",
-        "reasons": " | ".join(r.message for r in record.reasons),
-    }
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    # Reasons quote the server: no escape reaches a terminal that cats the file, and no
-    # cell runs as a spreadsheet formula. Numbers soaktop wrote pass unchanged.
-    w.writerow({k: safe_csv_cell(v) for k, v in row.items()})
-    return buf.getvalue().encode()
-
-
-def _fmt(v: float | None) -> str:
-    return "" if v is None else f"{v:.3f}"

@@ -21,11 +21,11 @@ from soak.record.models import (
     Identity,
     RunRecord,
     read_schema_version,
-    summary_csv,
 )
 from soak.record.run_dir import RunDirError, load_run_record
 from soak.record.shape import undeclared_keys
 from soak.record.snapshot import Snapshot
+from soak.record.summary_csv import summary_csv
 
 RELEASE_1_0 = Path(__file__).resolve().parents[1] / "fixtures" / "records" / "1.0"
 RUNS = sorted(p for p in RELEASE_1_0.iterdir() if p.is_dir())

@@ -264,7 +264,8 @@ def test_headless_lines_show_escapes(tmp_path: Path) -> None:
 
 
 def test_summary_csv_is_inert_and_quotes_formulas() -> None:
-    from soak.record.models import Reason, RunRecord, Status, summary_csv
+    from soak.record.models import Reason, RunRecord, Status
+    from soak.record.summary_csv import summary_csv
 
     rec = RunRecord(
         run_id="=cmd|' /C calc'!A0",

@@ -69,6 +69,8 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
     series = read_series(run_dir, rec)
     charts = figures(series, config_value(rec, "window_s") if rec is not None else None)
     body = [_verdict(view)]
+    if rec is not None:
+        body.append(tables.section("Caveats", tables.caveats(rec), "caveats"))
     chart_html = []
     for cid, title, fig, why in charts:
         if fig is None:
@@ -99,6 +101,7 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
         ]
     nav = [
         ("verdict", "Verdict"),
+        *([("caveats", "Caveats")] if rec is not None else []),
         ("charts", "Over time"),
         ("endurance", "Drift and leaks"),
         *((a, a.capitalize()) for a in ("load", "gates", "thresholds", "reconciliation")),
@@ -127,7 +130,10 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
 
 def _verdict(view: RunView) -> str:
     rec = view.record
-    parts = [f"<p><b>{tables.esc(verdict_words(view))}</b></p>"]
+    words = verdict_words(view)
+    if not view.valid and view.record is not None:  # INVALID + FAILED: both, in words
+        words = f"{view.label}: {words}"
+    parts = [f"<p><b>{tables.esc(words)}</b></p>"]
     if rec is None:
         parts.append(
             f'<p class="problem">{tables.esc(view.path)} has no readable record '

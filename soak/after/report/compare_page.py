@@ -1,17 +1,19 @@
 """The ``soaktop compare --html`` page: the seed-000 table and one bar chart per figure.
 
-The seed-000 table, each run's drift and leak table when a record has a timeline
-(schema 1.2), then one bar chart each for completed requests, output tokens/s, P99
-TTFT and P99 E2E, one bar per run. Bars of runs that did not measure what they meant to
-(INVALID, ABORTED) are grey, hatched and labelled with the status, in their own legend
-entry: they never look like a valid run's bar.
+The seed-000 table — each column headed by the run's name and the recipe facts it
+differs in, every other difference and each run's caveats listed under it — each run's
+drift and leak table when a record has a timeline (schema 1.2), then one bar chart each
+for completed requests, output tokens/s, P99 TTFT and P99 E2E, one bar per run.
+Bars of runs that did not measure what they meant to (INVALID, ABORTED) are grey,
+hatched and labelled with the status, in their own legend entry: they never look like
+a valid run's bar.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from soak.after.compare import Comparison, comparison_notes
+from soak.after.compare import Comparison, comparison_notes, under_table
 from soak.after.endurance_table import has_timeline
 from soak.after.report.bars import bar_layout, bundle, cell_table, page_stamp
 from soak.after.report.charts import esc as label
@@ -76,9 +78,8 @@ def compare_figure(cmp: Comparison, key: str, title: str, unit: str, fmt: str) -
         text = []
         for _, v, run in pts:
             shown = fmt.format(int(v) if fmt == "{:,}" else v)
-            text.append(
-                f"{label(shown)}<br><b>{label(run['status'])}</b>" if flagged else label(shown)
-            )
+            status = label(run["status_label"])
+            text.append(f"{label(shown)}<br><b>{status}</b>" if flagged else label(shown))
         marker: dict[str, Any] = {"color": colour, "line": {"color": INK, "width": 0.5}}
         if flagged:
             marker["pattern"] = {"shape": "/", "fgcolor": MUTED, "size": 8, "solidity": 0.3}
@@ -96,7 +97,8 @@ def compare_figure(cmp: Comparison, key: str, title: str, unit: str, fmt: str) -
                 "cliponaxis": False,
                 "textfont": {"size": 12, "color": MUTED if flagged else INK},
                 "customdata": [
-                    [label(r["run_id"]), label(r["status"]), label(r["verdict"])] for _, _, r in pts
+                    [label(r["run_id"]), label(r["status_label"]), label(r["verdict"])]
+                    for _, _, r in pts
                 ],
                 "hovertemplate": "%{customdata[0]}<br>%{customdata[1]}: %{customdata[2]}<br>"
                 + label(title)
@@ -105,7 +107,7 @@ def compare_figure(cmp: Comparison, key: str, title: str, unit: str, fmt: str) -
                 "opacity": 0.75 if flagged else 1.0,
             }
         )
-    ticks = [_run_tick(r["run_id"], r["status"], r["valid"]) for r in cmp.data]
+    ticks = [_run_tick(r["run_id"], r["status_label"], r["valid"]) for r in cmp.data]
     layout = bar_layout(title, unit, ticks, top)
     layout["annotations"] = [
         {
@@ -126,11 +128,10 @@ def compare_figure(cmp: Comparison, key: str, title: str, unit: str, fmt: str) -
 def _compare_table(cmp: Comparison) -> str:
     flags = [not v.valid for v in cmp.runs]
     head = "<th>Measurement</th>" + "".join(
-        f'<th class="flagged">{esc(v.run_id)}<br><span class="flag">{esc(v.status)}</span></th>'
+        f'<th class="flagged">{esc(h)}<br><span class="flag">{esc(v.label)}</span></th>'
         if bad
-        else f'<th>{esc(v.run_id)}<br><span class="status {esc(v.status)}">'
-        f"{esc(v.status)}</span></th>"
-        for v, bad in zip(cmp.runs, flags, strict=True)
+        else f'<th>{esc(h)}<br><span class="status {esc(v.status)}">{esc(v.label)}</span></th>'
+        for v, h, bad in zip(cmp.runs, cmp.headers.headers, flags, strict=True)
     )
     body = "".join(
         f"<tr><th>{esc(row[0])}</th>"
@@ -146,11 +147,21 @@ def _compare_table(cmp: Comparison) -> str:
     )
 
 
+def _under_table(cmp: Comparison) -> str:
+    """Every difference the headers do not name (or "same recipe"), then the caveats."""
+    return "".join(
+        f'<h3>{esc(heading)}</h3><ul class="differences">'
+        + "".join(f"<li>{esc(i)}</li>" for i in items)
+        + "</ul>"
+        for heading, items in under_table(cmp)
+    )
+
+
 def _endurance(cmp: Comparison) -> str:
     """Each run's drift and leak table, under its run id (flagged runs say so)."""
     parts = []
     for v in cmp.runs:
-        flag = "" if v.valid else f' <span class="flag">{esc(v.status)}</span>'
+        flag = "" if v.valid else f' <span class="flag">{esc(v.label)}</span>'
         parts.append(f"<h3>{esc(v.run_id)}{flag}</h3>" + endurance_tables(v.record, v.fields))
     return "".join(parts)
 
@@ -162,7 +173,7 @@ def build_compare_page(cmp: Comparison, plotly_js: str | None = None) -> str:
         [
             [
                 (r["run_id"], ""),
-                (r["status"], "" if r["valid"] else "flagged"),
+                (r["status_label"], "" if r["valid"] else "flagged"),
                 (r["verdict"], "" if r["valid"] else "flagged"),
                 (r["path"], ""),
             ]
@@ -171,7 +182,11 @@ def build_compare_page(cmp: Comparison, plotly_js: str | None = None) -> str:
     )
     hint = " (greyed and hatched in the charts)"
     notes = "".join(f"<li>{esc(n)}</li>" for n in comparison_notes(cmp, hint))
-    table = _compare_table(cmp) + (f'<ul class="caveats">{notes}</ul>' if notes else "")
+    table = (
+        _compare_table(cmp)
+        + _under_table(cmp)
+        + (f'<ul class="caveats">{notes}</ul>' if notes else "")
+    )
     charts = (
         '<p class="legend">One bar per run, in the order given. Grey, hatched bars marked '
         "INVALID or ABORTED come from runs that did not measure what they meant to: they "

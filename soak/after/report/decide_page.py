@@ -2,12 +2,14 @@
 
 One bar group per cell: the original before, the candidate and the original restored side
 by side, pooled median E2E (the decision statistic). The candidate bar is coloured by its
-verdict (win / no win, from :class:`~soak.after.decide_model.CellDecision`, never
-recomputed here), and each control carries a dashed reference mark at
+verdict (win / no win / inconclusive — grey and hatched, it never counts — from
+:class:`~soak.after.decide_model.CellDecision`, never recomputed here), and each control
+carries a dashed reference mark at
 ``control × (1 − min_gain)`` that reaches across the candidate bar: a win is a candidate
 bar whose top is at or under *both* marks. The change against each control is written
 above the group. A second chart shows the nearest-rank p50 of the same requests, labelled
-as observed and not decided on. The tables, reasons, caveats and engine facts follow.
+as observed and not decided on. The restoration check (is the restored run the original?)
+and what the candidate changed, the tables, reasons, caveats and engine facts follow.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from soak.after.report.page import document
 from soak.after.report.palette import (
     BARS_CSS,
     BEFORE_COLOUR,
+    FLAGGED_COLOUR,
     INK,
     MARK,
+    MUTED,
     NO_DATA_BAR,
     NO_WIN_COLOUR,
     NO_WIN_TEXT,
@@ -174,6 +178,19 @@ def _verdict_bars(d: Decision, stat: Stat, cand: str, limit: str) -> list[dict[s
             "width": 1.5 if verdict == "win" else 0.5,
         }
         out.append(trace)
+    # An inconclusive cell's bar, whatever its height, is not a win: grey and hatched.
+    pts = _points(d, stat, "candidate", "inconclusive")
+    if pts:
+        trace = _bar_trace(
+            f"{cand} — inconclusive (not counted)",
+            "candidate",
+            FLAGGED_COLOUR,
+            pts,
+            "candidate",
+            "candidate inconclusive",
+        )
+        trace["marker"]["pattern"] = {"shape": "/", "fgcolor": MUTED, "size": 8, "solidity": 0.3}
+        out.append(trace)
     # A candidate bar of a cell without a verdict (a control lacks data) is not a win.
     pts = _points(d, stat, "candidate", "no data")
     if pts:
@@ -248,14 +265,13 @@ def _cell_note(i: int, c: CellDecision, limit: str, top: float) -> dict[str, Any
     if c.verdict == "no data":
         lines = ["<b>no data</b>", label("a control or the candidate"), label("has no timings")]
     else:
-        colour = WIN_COLOUR if c.win else NO_WIN_TEXT
+        colour = {"win": WIN_COLOUR, "inconclusive": MUTED}.get(c.verdict, NO_WIN_TEXT)
         lines = [
             f"<b><span style='color:{colour}'>{label(c.verdict)}</span></b>",
             label(f"vs before: {fmt_gain(c.gain_vs_before_pct)}"),
             label(f"vs restored: {fmt_gain(c.gain_vs_restored_pct)}"),
         ]
-        if not c.reliable and c.controls_apart_pct is not None:
-            lines.append(label(f"controls {c.controls_apart_pct:.2f}% apart (caveat)"))
+        lines += [label(_short_reason(c, code)) for code in c.inconclusive_reasons]
     return {
         "x": i,
         "y": min(highest * 1.02, top),
@@ -267,6 +283,27 @@ def _cell_note(i: int, c: CellDecision, limit: str, top: float) -> dict[str, Any
         "font": {"size": 11},
         "text": "<br>".join(lines),
     }
+
+
+def _short_reason(c: CellDecision, code: str) -> str:
+    """Why an inconclusive cell cannot decide, short enough to sit above its bars."""
+    if code == "controls_disagree":
+        return f"controls {c.controls_apart_pct:.2f}% apart"
+    if code == "output_length_differs":
+        b, cand, r = (getattr(c, role).output_tokens_mean or 0.0 for role in ROLES)
+        return f"output {cand:,.0f} vs {b:,.0f} / {r:,.0f} tokens"
+    return "too few samples"
+
+
+def _restoration(d: Decision) -> str:
+    """Is the restored run the original, what blocks promotion, what the candidate changed."""
+    rest = d.restoration
+    items = [f"<li><b>{esc(rest.summary)}</b></li>"]
+    if d.promotion_blocked:
+        items.append(f"<li>Promotion blocked: {esc(d.promotion_blocked)}</li>")
+    changes = "; ".join(d.candidate_changes) or "no stated or declared recipe fact differs"
+    items.append(f"<li>Candidate against the original: {esc(changes)}</li>")
+    return f'<ul class="restoration">{"".join(items)}</ul>'
 
 
 def _runs_table(d: Decision) -> str:
@@ -369,15 +406,16 @@ def build_decide_page(d: Decision, plotly_js: str | None = None) -> str:
     word = "Promote the candidate" if promote else "Retain the original"
     head = (
         f'<div class="headline {"promote" if promote else "retain"}"><b>{esc(word)}</b> — '
-        f"{d.wins}/{d.cells_total} cells are material wins ({d.min_wins} needed)</div>"
+        f"{esc(d.card)}</div>"
         f'<p class="rule">{esc(d.rule)}</p>'
     )
     charts = (
         '<p class="legend">Each cell: the original before, the candidate and the original '
         "restored, side by side. The dashed marks sit at each control × "
         f"{1 - d.min_gain_pct / 100:g}; the candidate's bar is green when it reaches under "
-        "both (a win), orange when it does not. Above each group: the verdict and the change "
-        "against each control.</p>"
+        "both (a win), orange when it does not, grey and hatched when the cell is "
+        "inconclusive (never a win, whatever its height). Above each group: the verdict, the "
+        "change against each control and why a cell is inconclusive.</p>"
         '<div class="chart" id="chart-median"></div>'
         '<div class="chart" id="chart-p50"></div>'
     )
@@ -392,6 +430,7 @@ def build_decide_page(d: Decision, plotly_js: str | None = None) -> str:
     body = [
         f"<style>{BARS_CSS}</style>",
         section("Decision", head + _runs_table(d), "decision"),
+        section("Restoration and recipe", _restoration(d), "restoration"),
         section("Charts", charts, "charts"),
         section("Cells", _cells_tables(d), "cells"),
         section("Reasons", f'<ul class="reasons">{reasons}</ul>', "reasons"),
@@ -409,6 +448,7 @@ def build_decide_page(d: Decision, plotly_js: str | None = None) -> str:
         meta=f"{dirs} · {page_stamp()}",
         nav=[
             ("decision", "Decision"),
+            ("restoration", "Restoration"),
             ("charts", "Charts"),
             ("cells", "Cells"),
             ("reasons", "Reasons"),

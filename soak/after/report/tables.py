@@ -22,6 +22,7 @@ from soak.record.faults import faults_from_events, when
 from soak.record.journal import read_jsonl
 from soak.record.models import RunRecord
 from soak.record.sections import CounterComparison, Fault, ReconciledWindow, Reconciliation
+from soak.record.status_label import flagged, status_label, valid_status
 from soak.safe_text import safe_text
 
 
@@ -60,11 +61,36 @@ def verdict(rec: RunRecord) -> str:
     return table(("effect", "code", "reason"), rows, "reasons")
 
 
+def caveats(rec: RunRecord) -> str:
+    """What the run can and cannot show (``record.caveats``), each with its code."""
+    if "caveats" not in rec.model_fields_set:
+        return (
+            '<p class="none">this record predates <code>caveats</code> (schema 1.3): '
+            "what follows from how the run was made is not written down</p>"
+        )
+    if not rec.caveats:
+        return '<p class="none">none: no load was measured</p>'
+    items = "".join(
+        f'<li>{esc(c.message)} <span class="note">({esc(c.code)})</span></li>' for c in rec.caveats
+    )
+    return f'<ul class="caveats">{items}</ul>'
+
+
+def _figure(status: str, v: Any) -> Any:
+    """A throughput or latency figure as the page shows it: flagged ``(invalid)`` /
+    ``(aborted)`` when the run is not a valid measurement (``soak.record.status_label``)."""
+    if v is None or valid_status(status) or not isinstance(v, int | float):
+        return v
+    return flagged(status, esc(v))
+
+
 def load_summary(rec: RunRecord) -> str:
-    """The load phase: counts, timing, throughput, then the exact latency percentiles."""
+    """The load phase: counts, timing, throughput, then the exact latency percentiles
+    (throughput and latency flagged when the run is not a valid measurement)."""
     ld = rec.load
     if ld is None:
         return '<p class="none">no load phase in this record</p>'
+    status = rec.status.value
     fails = ", ".join(f"{n} {c}" for c, n in ld.failures_by_class.items())
     facts = [
         ("requested concurrency", ld.requested_concurrency),
@@ -79,9 +105,9 @@ def load_summary(rec: RunRecord) -> str:
         ("elapsed including drain", _s(ld.elapsed_s)),
         ("stop reason", ld.stop_reason),
         ("output tokens", ld.output_tokens),
-        ("output tokens/s (drain included)", ld.output_tokens_per_s),
-        ("output tokens/s (issue window)", ld.output_tokens_per_s_issue_window),
-        ("requests/s", ld.requests_per_s),
+        ("output tokens/s (drain included)", _figure(status, ld.output_tokens_per_s)),
+        ("output tokens/s (issue window)", _figure(status, ld.output_tokens_per_s_issue_window)),
+        ("requests/s", _figure(status, ld.requests_per_s)),
         ("mean input tokens", ld.input_tokens_mean),
         ("requests without usage", ld.usage_missing),
         ("back-offs", ld.backoffs),
@@ -94,12 +120,14 @@ def load_summary(rec: RunRecord) -> str:
         ("TTFB", ld.ttfb_s),
         ("first content", ld.first_content_s),
     )
-    lat = [
-        [label, st.p50, st.p90, st.p99, st.max, st.mean, st.n, st.method] for label, st in latencies
-    ]
+    lat = []
+    for label, st in latencies:
+        shown = [_figure(status, x) for x in (st.p50, st.p90, st.p99, st.max, st.mean)]
+        lat.append([label, *shown, st.n, st.method])
+    flag = "" if valid_status(status) else f" — not a valid measurement ({status_label(rec)})"
     return (
         table(("measure", "value"), facts, "facts")
-        + "<h3>Latency (seconds, exact over every request)</h3>"
+        + f"<h3>Latency (seconds, exact over every request){esc(flag)}</h3>"
         + table(("", "p50", "p90", "p99", "max", "mean", "n", "method"), lat, "numbers")
     )
 
@@ -233,10 +261,20 @@ def engines(rec: RunRecord) -> str:
     lat = []
     for e in items:
         server = (("ttft", e.server_ttft_s), ("e2e", e.server_e2e_s), ("queue", e.server_queue_s))
-        lat += [[e.endpoint, name, st.p50, st.p99] for name, st in server if st is not None]
+        lat += [
+            [e.endpoint, name, st.shown("p50"), st.shown("p99"), st.mean, st.n]
+            for name, st in server
+            if st is not None
+        ]
     if lat:
-        out += "<h3>Server-side latency (histogram estimates)</h3>" + table(
-            ("endpoint", "measure", "p50 s", "p99 s"), lat, "numbers"
+        # Each estimate with the bucket that holds it: a p50 "0.15" inside the first
+        # bucket [0, 0.3] is the histogram's resolution, not a measurement.
+        out += (
+            "<h3>Server-side latency (histogram estimates)</h3>"
+            + table(("endpoint", "measure", "p50", "p99", "mean s (exact)", "n"), lat, "numbers")
+            + '<p class="note">Percentiles are interpolated inside the server\'s histogram '
+            "buckets: only the bucket is known (the client's exact percentiles are in Load); "
+            "the mean is the server's sum over its count.</p>"
         )
     return out
 
