@@ -19,29 +19,59 @@ controls"; "Material latency wins 0/4 workload groups" → "Retain original"):
   ``(control − candidate) / control``: positive = the candidate is faster. Seed 004's
   ~6K/C4 DFlash cell: 14.55% faster than restored, only 1.96% faster than before → not a
   win.
-* **Control agreement.** The two controls measure the same configuration; when the faster
-  one is *more than* ``min_gain`` below the slower one (``(max − min) / max > min_gain``)
-  the machine drifted by more than the effect asked for. The cell's verdict still follows
-  the rule (beating both controls means beating the faster one by ``min_gain``), and the
-  drift is a ``controls_disagree`` caveat beside it (the issue's rule; a stricter reading
-  would discard such cells, which would make one noisy control veto a real gain).
-* **Decision.** ``promote`` when at least ``min_wins`` cells are material wins,
-  else ``retain original``. Seed 004 only shows the retain side (0/4 in each trial; "Neither
-  demonstrated a 10% end-to-end latency improvement against both … controls"; "A future
-  experiment would need a specific workload benefit"), which reads as "one workload group
-  with a material win would have been a demonstrated improvement": the default
-  ``min_wins`` is 1; ``min_wins=None`` requires every cell.
+* **Inconclusive cells.** A cell is *inconclusive* — never a win, whatever its gains — when
+  it cannot resolve the gain asked for (the issue: decide had promoted on a cell it had
+  itself marked unreliable):
 
-Comparability is checked first: the three runs must each have a matrix, the same cells and
-(unless allowed) the same prompt pool per cell, and be three different runs; anything else
-raises :class:`NotComparable`. A different model name, different matrix settings, failed
-gates, failed requests, counter gaps, too few samples, output lengths that differ across
-arms, a run that did not pass and a regression are caveats beside the decision.
+  - ``controls_disagree``: the two controls measure the same configuration, yet the faster
+    one is *more than* ``min_gain`` below the slower one (``(max − min) / max >
+    min_gain``): the machine drifted by more than the effect asked for;
+  - ``output_length_differs``: the candidate's mean output tokens are more than
+    ``MAX_OUTPUT_SPREAD`` (10%, ``(max − min) / min``) from *both* controls' — E2E then
+    compares different amounts of work (the issue's 24 tokens against 37 and 46; a
+    candidate within 10% of either control is not);
+  - ``few_samples``: an arm has fewer than ``MIN_POOLED_REQUESTS`` pooled requests or
+    fewer than ``MIN_REPS`` repetitions.
+
+  A cell without a completed timed request in some arm is ``no data`` (no verdict, not a
+  win). Otherwise it is ``win`` or ``no win`` by the material-win rule.
+* **Restoration.** The restored arm is a control only when it is the original: before
+  anything else, :func:`soak.after.restoration.check_restoration` compares the before and
+  the restored run (served model and root, endpoint count, every recipe fact either run
+  stated or declared — version, slots per replica, GPU memory target, KV token slots, … —
+  and the GPU set). Any mismatch is a refusal (:class:`NotComparable`, one problem per
+  mismatch: "the restored run is not the original: …"). With
+  ``allow_restoration_drift=True`` it is instead a ``restoration_drift`` caveat that
+  blocks promotion: the decision is ``retain original`` ("restoration drifted: …, so no
+  win can be attributed to the candidate") — a decision, because the operator must act
+  and keeping the original is the supported action; the cells' verdicts stay as measured.
+  A restored run that could not be checked at all (no identity) blocks promotion the
+  same way (``restoration_unchecked``). What the candidate changed against the original
+  is listed beside the decision; a candidate whose stated and declared recipe reads the
+  same as the original's is a ``candidate_identical_recipe`` caveat.
+* **Decision.** ``promote`` when at least ``min_wins`` cells are material wins (conclusive
+  cells only) and nothing blocks promotion, else ``retain original``. Seed 004 only shows
+  the retain side (0/4 in each trial; "Neither demonstrated a 10% end-to-end latency
+  improvement against both … controls"; "A future experiment would need a specific
+  workload benefit"), which reads as "one workload group with a material win would have
+  been a demonstrated improvement": the default ``min_wins`` is 1; ``min_wins=None``
+  requires every cell. The result card's line says it: "0/4 material wins (1
+  inconclusive) — at least 10% lower pooled median E2E required against both controls:
+  retain the original".
+
+Comparability is checked with the restoration: the three runs must each have a matrix,
+the same cells and (unless allowed) the same prompt pool per cell, and be three different
+runs; anything else raises :class:`NotComparable`, every problem named at once. A
+different model name in the candidate, different matrix settings, failed gates, failed
+requests, counter gaps, output lengths that differ across arms, a run that did not pass
+and a regression are caveats beside the decision: they explain, the rule decides.
 
 This module composes the decision; its pieces are named for what they hold: the typed
 result (:mod:`soak.after.decide_model`), the rule and the pooling
-(:mod:`soak.after.decide_rule`), the caveats (:mod:`soak.after.decide_caveats`) and the
-text layout (:mod:`soak.after.decide_render`).
+(:mod:`soak.after.decide_rule`), which servers the arms measured
+(:mod:`soak.after.decide_identity`), the sentences (:mod:`soak.after.decide_words`), the
+caveats (:mod:`soak.after.decide_caveats`) and the text layout
+(:mod:`soak.after.decide_render`).
 """
 
 from __future__ import annotations
@@ -49,6 +79,13 @@ from __future__ import annotations
 from typing import Literal
 
 from soak.after.decide_caveats import caveats
+from soak.after.decide_identity import (
+    candidate_changes,
+    identity_caveats,
+    promotion_block,
+    refusals,
+    restoration,
+)
 from soak.after.decide_model import (
     DEFAULT_MIN_GAIN,
     DEFAULT_MIN_WINS,
@@ -58,10 +95,10 @@ from soak.after.decide_model import (
     CellDecision,
     Decision,
     EngineFacts,
+    NotComparable,
+    Restoration,
     Role,
     fmt_change,
-    fmt_gain,
-    fmt_gain_limit,
 )
 from soak.after.decide_rule import (
     CellKey,
@@ -69,9 +106,9 @@ from soak.after.decide_rule import (
     arm_of_cell,
     cells_of,
     check_comparable,
-    is_material_win,
     judge_cell,
 )
+from soak.after.decide_words import card_line, cell_reason, rule_words
 from soak.after.record_view import config_value
 from soak.record.matrix import CellResult
 from soak.record.models import RunRecord
@@ -87,15 +124,19 @@ def decide(
     min_wins: int | None = DEFAULT_MIN_WINS,
     allow_different_prompts: bool = False,
     run_dirs: dict[str, str] | None = None,
+    allow_restoration_drift: bool = False,
 ) -> Decision:
     """The decision over three matrix runs (``min_wins=None``: every cell must win).
 
-    Raises :class:`NotComparable` for runs that cannot be compared and ``ValueError`` for
-    a ``min_gain`` outside (0, 1) or a ``min_wins`` outside 1..cells."""
+    Raises :class:`NotComparable` for runs that cannot be compared — a restored run that
+    is not the original among them, unless ``allow_restoration_drift`` (then a caveat,
+    and never a promotion) — and ``ValueError`` for a ``min_gain`` outside (0, 1) or a
+    ``min_wins`` outside 1..cells."""
     if not 0 < min_gain < 1:
         raise ValueError(f"min_gain {min_gain!r} must be between 0 and 1 (exclusive)")
     runs: dict[str, RunRecord] = {"before": before, "candidate": candidate, "restored": restored}
-    order = check_comparable(runs, allow_different_prompts)
+    rest = restoration(before, restored, allow_restoration_drift)
+    order = _comparable_cells(runs, allow_different_prompts, rest)
     n = len(order)
     need = n if min_wins is None else min_wins
     if not 1 <= need <= n:
@@ -105,34 +146,56 @@ def decide(
     labels = _labels(order, arm_cells)
     decided = [judge_cell(_cell_of(k, labels[k], arm_cells), min_gain) for k in order]
     wins = sum(c.verdict == "win" for c in decided)
+    blocked = promotion_block(rest)
     verdict: Literal["promote", "retain original"] = (
-        "promote" if wins >= need else "retain original"
+        "promote" if wins >= need and blocked is None else "retain original"
     )
     dirs = run_dirs or {}
     arms = [
         _arm_summary(role, runs[role], dirs.get(role), pooled[role])
         for role in ("before", "candidate", "restored")
     ]
-    need_text, verb = _need_words(n, need)
-    head = f"{wins}/{n} cells are material wins ({need_text} needed): " + (
-        "promote the candidate" if verdict == "promote" else "retain the original"
-    )
+    card = card_line(decided, min_gain, need, verdict == "promote", blocked)
+    changes = candidate_changes(before, candidate)
     return Decision(
         decision=verdict,
+        card=card,
         wins=wins,
+        inconclusive=sum(c.verdict == "inconclusive" for c in decided),
         cells_total=n,
         min_wins=need,
         min_gain_pct=100 * min_gain,
-        rule=_rule_words(min_gain, need_text, verb),
+        rule=rule_words(min_gain, n, need),
         before_run_id=before.run_id,
         candidate_run_id=candidate.run_id,
         restored_run_id=restored.run_id,
         arms=arms,
         cells=decided,
-        reasons=[head, *(_cell_reason(c, min_gain) for c in decided)],
-        caveats=caveats(runs, cells, order, decided, labels, min_gain, allow_different_prompts),
+        reasons=[card, *(cell_reason(c, min_gain) for c in decided)],
+        caveats=[
+            *identity_caveats(before, candidate, rest, changes),
+            *caveats(runs, cells, order, decided, labels, min_gain, allow_different_prompts),
+        ],
         engine=_engine_facts(arms),
+        restoration=rest,
+        candidate_changes=changes,
+        promotion_blocked=blocked,
     )
+
+
+def _comparable_cells(
+    runs: dict[str, RunRecord], allow_different_prompts: bool, rest: Restoration
+) -> list[CellKey]:
+    """The cells to compare; raises :class:`NotComparable` naming every problem at once:
+    the restoration's mismatches first, then what the matrices lack."""
+    refused = refusals(rest)
+    try:
+        order = check_comparable(runs, allow_different_prompts)
+    except NotComparable as e:
+        raise NotComparable([*refused, *e.problems]) from None
+    if refused:
+        raise NotComparable(refused)
+    return order
 
 
 def _pool_arms(
@@ -164,26 +227,6 @@ def _cell_of(
     )
 
 
-def _need_words(n: int, need: int) -> tuple[str, str]:
-    """How many cells must win, in words, and the verb that goes with it."""
-    if n == 1:
-        return "the one cell", "is"
-    if need == n:
-        return "every cell", "is"
-    return f"at least {need} of the {n} cells", "are" if need > 1 else "is"
-
-
-def _rule_words(min_gain: float, need_text: str, verb: str) -> str:
-    """The rule as the report states it, with this decision's gain and win count."""
-    limit = fmt_gain_limit(min_gain)
-    return (
-        f"A cell is a material win when the candidate's pooled median E2E is at least {limit} "
-        f"lower than both the before and the restored control (candidate ≤ control × "
-        f"{1 - min_gain:g}, boundary included); controls more than {limit} apart are a "
-        f"caveat on that cell. Promote when {need_text} {verb} a material win."
-    )
-
-
 def _engine_facts(arms: list[ArmSummary]) -> EngineFacts:
     """Token slots of the candidate against each control, and whether any arm decoded
     speculatively."""
@@ -197,45 +240,6 @@ def _engine_facts(arms: list[ArmSummary]) -> EngineFacts:
         ),
         spec_decode=any(a.spec_decode_acceptance_rate is not None for a in arms),
     )
-
-
-def _cell_reason(cell: CellDecision, min_gain: float) -> str:
-    limit = fmt_gain_limit(min_gain)
-    if cell.verdict == "no data":
-        lacking = [role for role in ROLES if getattr(cell, role).e2e_median_s is None]
-        return (
-            f"{cell.label}: no completed timed request in "
-            f"{', '.join(lacking) or 'a control'}: no verdict, not a win"
-        )
-    gb, gr = cell.gain_vs_before_pct, cell.gain_vs_restored_pct
-    assert gb is not None and gr is not None
-    b, c, r = cell.before.e2e_median_s, cell.candidate.e2e_median_s, cell.restored.e2e_median_s
-    assert b is not None and c is not None and r is not None
-    vs = {"before": gb, "restored": gr}
-    met = {"before": is_material_win(b, c, min_gain), "restored": is_material_win(r, c, min_gain)}
-    if cell.win:
-        text = (
-            f"{cell.label}: {fmt_gain(gb)} than before and {fmt_gain(gr)} than restored: "
-            f"at least {limit} faster than both"
-        )
-    elif any(met.values()):
-        good, bad = ("before", "restored") if met["before"] else ("restored", "before")
-        joiner = " but only " if vs[bad] > 0 else " but "
-        text = (
-            f"{cell.label}: {fmt_gain(vs[good])} than {good}{joiner}{fmt_gain(vs[bad])} "
-            f"than {bad}: not at least {limit} faster than both"
-        )
-    else:
-        text = (
-            f"{cell.label}: {fmt_gain(gb)} than before, {fmt_gain(gr)} than restored: "
-            f"not at least {limit} faster than both"
-        )
-    if not cell.reliable:
-        text += (
-            f"; the controls are {cell.controls_apart_pct:.2f}% apart (more than {limit}): "
-            "the machine drifted by more than the gain asked for"
-        )
-    return text
 
 
 def _arm_summary(

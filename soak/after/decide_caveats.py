@@ -1,10 +1,13 @@
 """The caveats of ``soaktop decide``: what limits what the decision shows.
 
-Never part of the rule (:mod:`soak.after.decide_rule`): a caveat sits beside the decision
-and never flips it. Three groups, in this order: what the runs are (identity, matrix
+A caveat explains; the rule (:mod:`soak.after.decide_rule`) decides. Some caveats name
+what also made a cell inconclusive (few samples, controls that disagree, output lengths
+apart) — the rule made that cell no win, the caveat says so beside the decision; the
+others never flip it. Three groups, in this order: what the runs are (identity, matrix
 settings, prompts), how they went (status, gates, failed requests, counter gaps) and what
 the measurement can carry (samples, output length, control drift, regressions, a stale
-stored median).
+stored median). Which servers the arms measured (restoration, the candidate's recipe) is
+:mod:`soak.after.decide_identity`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from soak.after.decide_model import (
     fmt_gain,
     fmt_gain_limit,
 )
-from soak.after.decide_rule import CellKey, RoleCells, pool_differences
+from soak.after.decide_rule import CellKey, RoleCells, few_samples, pool_differences
 from soak.after.record_view import rep_window
 from soak.record.matrix import pool_cell
 from soak.record.models import RunRecord, Status
@@ -145,14 +148,15 @@ def _sample_caveats(
         f"{labels[k]} {role} {arm.requests} requests in {arm.reps} repetitions"
         for k, cell in zip(order, decided, strict=True)
         for role in ROLES
-        if (arm := getattr(cell, role)).requests < MIN_POOLED_REQUESTS or arm.reps < MIN_REPS
+        if few_samples(arm := getattr(cell, role))
     ]
     if few:
         out.append(
             Caveat(
                 code="few_samples",
                 message=f"few samples (fewer than {MIN_POOLED_REQUESTS} pooled requests or "
-                f"{MIN_REPS} repetitions): {'; '.join(few)} — those medians are fragile",
+                f"{MIN_REPS} repetitions): {'; '.join(few)} — those medians are fragile, "
+                "and those cells are inconclusive",
             )
         )
     spread = _output_spread(decided)
@@ -182,8 +186,8 @@ def _drift_caveats(decided: list[CellDecision], min_gain: float) -> list[Caveat]
             Caveat(
                 code="controls_disagree",
                 message=f"the before and restored controls disagree by more than {limit}: "
-                f"{'; '.join(shaky)} — the machine drifted by more than the gain asked for; "
-                "read those cells with care (repeat the scout)",
+                f"{'; '.join(shaky)} — the machine drifted by more than the gain asked for, "
+                "so those cells are inconclusive (repeat the scout)",
             )
         )
     worse = [

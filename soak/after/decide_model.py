@@ -24,12 +24,15 @@ DEFAULT_MIN_GAIN = 0.10
 """Seed 004's predeclared requirement: at least 10% lower pooled median E2E."""
 DEFAULT_MIN_WINS = 1
 MIN_POOLED_REQUESTS = 5
-"""A cell's arm with fewer pooled timed requests than this gets the few-samples caveat."""
+"""A cell with an arm of fewer pooled timed requests than this is inconclusive
+(``few_samples``)."""
 MIN_REPS = 3
-"""… and so does one with fewer repetitions (seed 004 ran three)."""
+"""… and so is one with an arm of fewer repetitions (seed 004 ran three)."""
 MAX_OUTPUT_SPREAD = 0.10
-"""Mean output tokens of the three arms more than 10% apart ((max − min) / min): E2E then
-compares different amounts of work (seed 004: natural output length)."""
+"""Two mean output lengths more than 10% apart ((max − min) / min) are different amounts of
+work: a candidate that far from *both* controls makes its cell inconclusive
+(``output_length_differs``); three arms that far apart are a caveat (seed 004: natural
+output length)."""
 TOLERANCE = 1e-9
 """Relative tolerance at the rule's boundaries (float representation, not statistics)."""
 
@@ -78,12 +81,21 @@ class CellDecision(BaseModel):
     """100 × (restored − candidate) / restored: positive = candidate faster."""
     controls_apart_pct: float | None = None
     """100 × (slower − faster control) / slower control."""
+    beats_both: bool = False
+    """The candidate's median is at least ``min_gain`` below both controls' — whether or
+    not the cell is conclusive (an inconclusive cell that beats both is still no win)."""
     win: bool = False
-    """The candidate met the rule against both controls (reliable or not)."""
+    """The cell counts as a material win: ``verdict == "win"``."""
     reliable: bool = True
-    """The controls agree within ``min_gain``."""
-    verdict: Literal["win", "no win", "no data"] = "no data"
-    """``win`` counts toward the decision (``reliable`` False adds a caveat, not a veto)."""
+    """The controls agree within ``min_gain`` (False: ``controls_disagree``, inconclusive)."""
+    verdict: Literal["win", "no win", "inconclusive", "no data"] = "no data"
+    """``win`` counts toward the decision; ``inconclusive`` never does, whatever its gains
+    (``inconclusive_reasons`` says why); ``no data``: an arm completed no timed request."""
+    inconclusive_reasons: list[str] = Field(default_factory=list)
+    """Why the cell cannot decide, in this order: ``controls_disagree`` (the controls are
+    more than ``min_gain`` apart), ``output_length_differs`` (the candidate's mean output
+    tokens are more than ``MAX_OUTPUT_SPREAD`` from both controls'), ``few_samples`` (an arm
+    has fewer than ``MIN_POOLED_REQUESTS`` pooled requests or ``MIN_REPS`` repetitions)."""
 
 
 class Caveat(BaseModel):
@@ -92,7 +104,8 @@ class Caveat(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     code: str
-    """few_samples, output_length_differs, gates_failed, request_failures,
+    """restoration_drift, restoration_unchecked, candidate_identical_recipe,
+    few_samples, output_length_differs, gates_failed, request_failures,
     reconciliation_gap, run_not_passed, controls_disagree, model_differs,
     different_prompts, matrix_settings_differ, material_regression, no_identity,
     stored_median_differs."""
@@ -139,14 +152,46 @@ class EngineFacts(BaseModel):
     """Some arm reported speculative-decoding acceptance."""
 
 
+class Restoration(BaseModel):
+    """Is the restored run the original? What
+    :func:`soak.after.restoration.check_restoration` compared between the before and the
+    restored run (served model, endpoint count, every stated or declared recipe fact, the
+    GPU set)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    matched: bool = True
+    """Nothing that both runs state differed."""
+    checked: list[str] = Field(default_factory=list)
+    """What matched, one item per fact: ``engine version: version 0.32.0``."""
+    mismatches: list[str] = Field(default_factory=list)
+    """What differed, both values named: ``engine version: original version 0.32.0,
+    restored version 0.33.0``."""
+    unchecked: list[str] = Field(default_factory=list)
+    """What could not be compared (no identity, no GPU identity in a run)."""
+    allowed_drift: bool = False
+    """``--allow-restoration-drift`` was given: a mismatch is a ``restoration_drift``
+    caveat that blocks promotion instead of a refusal."""
+    summary: str = ""
+    """One sentence, as seed 004 writes it: ``Original configuration restored: identity
+    checks passed (version 0.32.0, 32 slots/replica, …)``."""
+
+
 class Decision(BaseModel):
     """What ``soaktop decide`` prints (``--json``) and renders."""
 
     model_config = ConfigDict(extra="forbid")
 
     decision: Literal["promote", "retain original"]
+    """``promote`` needs ``min_wins`` material wins and a restored run that is the
+    original; anything else retains it."""
+    card: str = ""
+    """The result card's line: ``0/4 material wins (1 inconclusive) — at least 10% lower
+    pooled median E2E required against both controls: retain the original``."""
     wins: int
-    """Cells that are material wins."""
+    """Cells that are material wins (conclusive cells only)."""
+    inconclusive: int = 0
+    """Cells that are inconclusive (never counted as wins)."""
     cells_total: int
     min_wins: int
     min_gain_pct: float
@@ -160,6 +205,14 @@ class Decision(BaseModel):
     """Why: the count, then one sentence per cell."""
     caveats: list[Caveat] = Field(default_factory=list)
     engine: EngineFacts = Field(default_factory=EngineFacts)
+    restoration: Restoration = Field(default_factory=Restoration)
+    candidate_changes: list[str] = Field(default_factory=list)
+    """What the candidate's recipe changed against the original (before) run:
+    ``64 slots/replica (original 32 slots/replica)``; empty when nothing stated or declared
+    differs (a ``candidate_identical_recipe`` caveat when both stated something)."""
+    promotion_blocked: str | None = None
+    """Why no win can be attributed to the candidate whatever the cells say (the restored
+    run drifted from the original, or could not be checked); None when nothing blocks."""
 
     def arm(self, role: Role) -> ArmSummary:
         return next(a for a in self.arms if a.role == role)

@@ -61,7 +61,9 @@ def render(d: Decision, markdown: bool = False) -> str:
     """The seed-004-style report: plain aligned tables, or markdown (``markdown=True``)."""
     h = (lambda t: f"## {t}") if markdown else (lambda t: t)
     title = f"{d.decision} — {d.wins}/{d.cells_total} material wins"
-    lines = [f"# Decision: {title}" if markdown else f"soaktop decide: {title}", "", d.rule, ""]
+    lines = [f"# Decision: {title}" if markdown else f"soaktop decide: {title}", ""]
+    lines += [f"**{d.card}**" if markdown else d.card, "", d.rule, ""]
+    lines += restoration_lines(d, h)
     lines += _runs_section(d, h, markdown)
     lines += _cells_sections(d, h, markdown)
     lines += ["", h(f"Decision: {d.decision}"), ""]
@@ -70,6 +72,20 @@ def render(d: Decision, markdown: bool = False) -> str:
     lines += [f"- {c.message} [{c.code}]" for c in d.caveats] or ["- none detected"]
     lines += _engine_section(d, h, markdown)
     return "\n".join(safe_line(ln) for ln in lines) + "\n"
+
+
+def restoration_lines(d: Decision, h: Callable[[str], str]) -> list[str]:
+    """Which servers the arms measured: the restoration check in seed 004's words, what
+    it could not check, and what the candidate changed against the original."""
+    rest = d.restoration
+    lines = [h("Restoration and recipe"), "", f"- {rest.summary}"]
+    if d.promotion_blocked:
+        lines.append(f"- Promotion blocked: {d.promotion_blocked}")
+    lines.append(
+        "- Candidate against the original: "
+        + ("; ".join(d.candidate_changes) or "no stated or declared recipe fact differs")
+    )
+    return [*lines, ""]
 
 
 def _runs_section(d: Decision, h: Callable[[str], str], markdown: bool) -> list[str]:

@@ -1,14 +1,24 @@
 """The rule of ``soaktop decide`` and the statistics it is applied to.
 
 Which runs can be compared at all (:func:`check_comparable`), how a cell's repetitions are
-pooled into one arm (:func:`arm_of_cell`), and the inclusive boundary of a material win
-and of control agreement (:func:`is_material_win`, :func:`controls_disagree`), as
-:mod:`soak.after.decide`'s docstring states them.
+pooled into one arm (:func:`arm_of_cell`), the inclusive boundary of a material win and of
+control agreement (:func:`is_material_win`, :func:`controls_disagree`), and what makes a
+cell inconclusive (:func:`inconclusive_reasons`), as :mod:`soak.after.decide`'s docstring
+states them.
 """
 
 from __future__ import annotations
 
-from soak.after.decide_model import ROLES, TOLERANCE, CellArm, CellDecision, NotComparable
+from soak.after.decide_model import (
+    MAX_OUTPUT_SPREAD,
+    MIN_POOLED_REQUESTS,
+    MIN_REPS,
+    ROLES,
+    TOLERANCE,
+    CellArm,
+    CellDecision,
+    NotComparable,
+)
 from soak.record.matrix import CellResult, pool_cell
 from soak.record.models import RunRecord
 
@@ -32,6 +42,41 @@ def controls_disagree(before: float, restored: float, min_gain: float) -> bool:
     """The faster control is *more than* ``min_gain`` below the slower one."""
     hi, lo = max(before, restored), min(before, restored)
     return lo < hi * (1 - min_gain) - TOLERANCE * hi
+
+
+def outputs_differ(a: float, b: float) -> bool:
+    """Two mean output lengths more than ``MAX_OUTPUT_SPREAD`` apart ((max − min) / min)."""
+    hi, lo = max(a, b), min(a, b)
+    return hi > lo * (1 + MAX_OUTPUT_SPREAD) + TOLERANCE * lo
+
+
+def few_samples(arm: CellArm) -> bool:
+    """Fewer than ``MIN_POOLED_REQUESTS`` pooled requests or ``MIN_REPS`` repetitions."""
+    return arm.requests < MIN_POOLED_REQUESTS or arm.reps < MIN_REPS
+
+
+def candidate_output_differs(cell: CellDecision) -> bool:
+    """The candidate's mean output tokens differ materially from *both* controls' (one
+    control within the spread is the same work as that control); unknown lengths never
+    differ."""
+    c = cell.candidate.output_tokens_mean
+    b, r = cell.before.output_tokens_mean, cell.restored.output_tokens_mean
+    if c is None or b is None or r is None:
+        return False
+    return outputs_differ(c, b) and outputs_differ(c, r)
+
+
+def inconclusive_reasons(cell: CellDecision, reliable: bool) -> list[str]:
+    """Why a cell with data in every arm cannot decide (empty: it can), in the order of
+    :attr:`CellDecision.inconclusive_reasons`."""
+    out = []
+    if not reliable:
+        out.append("controls_disagree")
+    if candidate_output_differs(cell):
+        out.append("output_length_differs")
+    if any(few_samples(getattr(cell, role)) for role in ROLES):
+        out.append("few_samples")
+    return out
 
 
 def _key(c: CellResult) -> CellKey:
@@ -138,19 +183,25 @@ def arm_of_cell(cell: CellResult) -> tuple[CellArm, CellResult]:
 
 
 def judge_cell(cell: CellDecision, min_gain: float) -> CellDecision:
-    """The cell with its gains, control spread and verdict filled in by the rule."""
+    """The cell with its gains, control spread and verdict filled in by the rule: no data,
+    else inconclusive when :func:`inconclusive_reasons` names anything (whatever the
+    gains), else win or no win."""
     b, c, r = (cell.before.e2e_median_s, cell.candidate.e2e_median_s, cell.restored.e2e_median_s)
     if b is None or c is None or r is None or b <= 0 or r <= 0:
         return cell.model_copy(update={"verdict": "no data", "win": False})
-    win = is_material_win(b, c, min_gain) and is_material_win(r, c, min_gain)
+    beats = is_material_win(b, c, min_gain) and is_material_win(r, c, min_gain)
     reliable = not controls_disagree(b, r, min_gain)
+    why = inconclusive_reasons(cell, reliable)
+    verdict = "inconclusive" if why else "win" if beats else "no win"
     return cell.model_copy(
         update={
             "gain_vs_before_pct": gain_pct(b, c),
             "gain_vs_restored_pct": gain_pct(r, c),
             "controls_apart_pct": 100 * (max(b, r) - min(b, r)) / max(b, r),
-            "win": win,
+            "beats_both": beats,
+            "win": verdict == "win",
             "reliable": reliable,
-            "verdict": "win" if win else "no win",
+            "verdict": verdict,
+            "inconclusive_reasons": why,
         }
     )

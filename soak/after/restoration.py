@@ -12,9 +12,11 @@ the two records on
   parallel sizes, speculative config, the operator's declared facts, the launch command's
   hash),
 - the number of endpoints, and
-- the GPU set (name and UUID of each GPU, when both runs had GPU identity),
+- the GPU set (name and UUID of each GPU, when both runs had GPU identity).
 
-and says what it checked, what differed and what it could not check, in words a
+A fact only one run's server stated (an optional endpoint that did not answer in time)
+is not compared but said; a fact only one run *declared* is a difference. The check
+says what it checked, what differed and what it could not check, in words a
 reviewer can sign ("checked: version 0.32.0, 32 slots/replica, …").
 """
 
@@ -32,6 +34,9 @@ class RestorationCheck:
 
     checked: list[str] = field(default_factory=list)
     """What matched, one item per fact: ``engine version: 0.32.0``."""
+    checked_words: list[str] = field(default_factory=list)
+    """The same matches as a column header reads them (``version 0.32.0``, ``32
+    slots/replica``): seed 004's "identity checks passed (…)" list."""
     mismatches: list[str] = field(default_factory=list)
     """What differs: ``KV cache token slots per replica: original 262,144 KV tokens,
     restored 320,000 KV tokens``."""
@@ -52,6 +57,14 @@ class RestorationCheck:
         return f"{head} ({'; '.join(self.checked)}){tail}"
 
 
+def _declared(key: str, *idents: Identity) -> bool:
+    """The operator's fact (``--recipe``, ``[recipe]``, ``--server-cmd-file``), not a
+    server's: one run declaring what the other does not is a difference in the recipe."""
+    if key == "server_cmd_sha256" or key.endswith(" (declared)"):
+        return True
+    return any(key in i.recipe.declared for i in idents)
+
+
 def _gpu_set(ident: Identity) -> list[str]:
     return sorted(f"{g.name or '?'} {g.uuid or g.index}" for g in ident.gpus)
 
@@ -70,8 +83,10 @@ def check_restoration(
             "could be compared"
         )
         return out
-    _compare(out, "model", a.model, b.model, names)
-    _compare(out, "endpoints", str(len(a.endpoints)), str(len(b.endpoints)), names)
+    _compare(out, "model", a.model, b.model, names, f"model {a.model}")
+    n_eps, eps_words = len(a.endpoints), f"{len(a.endpoints)} endpoint"
+    eps_words += "s" if n_eps != 1 else ""
+    _compare(out, "endpoints", str(n_eps), str(len(b.endpoints)), names, eps_words)
     fa, fb = recipe_facts(a), recipe_facts(b)
     for key in dict.fromkeys([*fa, *fb]):
         va, vb = fa.get(key), fb.get(key)
@@ -80,27 +95,34 @@ def check_restoration(
             stated_by, lacking = (b_name, a_name) if va is None else (a_name, b_name)
             value = vb if va is None else va
             assert value is not None  # the key came from one of the two
-            out.mismatches.append(
-                f"{title}: stated or declared in the {stated_by} run only "
-                f"({fact_words(key, value)}; the {lacking} run has none)"
-            )
+            said = f"{title}: {fact_words(key, value)} in the {stated_by} run only"
+            if _declared(key, a, b):
+                out.mismatches.append(f"{said} (declared; the {lacking} run declares none)")
+            else:
+                # A server that did not answer an optional endpoint this time (a busy
+                # /server_info) is no evidence of another recipe: said, not held against it.
+                out.unchecked.append(f"{said} (the {lacking} run's server did not state it)")
         elif va != vb:
             out.mismatches.append(
                 f"{title}: {a_name} {fact_words(key, va)}, {b_name} {fact_words(key, vb)}"
             )
         else:
             out.checked.append(f"{title}: {fact_words(key, va)}")
+            out.checked_words.append(fact_words(key, va))
     ga, gb = _gpu_set(a), _gpu_set(b)
     if ga and gb:
-        _compare(out, "GPU set", ", ".join(ga), ", ".join(gb), names)
+        _compare(out, "GPU set", ", ".join(ga), ", ".join(gb), names, f"GPUs {', '.join(ga)}")
     else:
         no_gpus = [n for n, g in ((a_name, ga), (b_name, gb)) if not g]
         out.unchecked.append(f"GPU set (no GPU identity in the {' and '.join(no_gpus)} run)")
     return out
 
 
-def _compare(out: RestorationCheck, title: str, va: str, vb: str, names: tuple[str, str]) -> None:
+def _compare(
+    out: RestorationCheck, title: str, va: str, vb: str, names: tuple[str, str], words: str
+) -> None:
     if va == vb:
         out.checked.append(f"{title}: {va}")
+        out.checked_words.append(words)
     else:
         out.mismatches.append(f"{title}: {names[0]} {va}, {names[1]} {vb}")

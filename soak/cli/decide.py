@@ -2,8 +2,9 @@
 
 The logic and the report live in :mod:`soak.after.decide` and its ``decide_*`` siblings;
 this module is the parser and the handler. Exit codes: 0 when a decision was made
-(promote or retain original), 2 for a usage error or runs that cannot be compared (the
-message says exactly what differs).
+(promote or retain original), 2 for a usage error or runs that cannot be compared — a
+restored run that is not the original among them, unless ``--allow-restoration-drift``
+(the message says exactly what differs, both values named).
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ import sys
 from pathlib import Path
 
 from soak.after.decide import decide
-from soak.after.decide_model import DEFAULT_MIN_WINS, Decision, NotComparable
+from soak.after.decide_model import (
+    DEFAULT_MIN_WINS,
+    MAX_OUTPUT_SPREAD,
+    MIN_POOLED_REQUESTS,
+    MIN_REPS,
+    Decision,
+    NotComparable,
+    fmt_gain_limit,
+)
 from soak.after.decide_render import render
 from soak.record.models import EXIT_USAGE, RunRecord, write_atomic
 from soak.safe_text import safe_json, safe_text
@@ -57,9 +66,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="promote a candidate or retain the original, from three matrix runs",
         description=(
             "Compare a candidate against the original measured before and after it "
-            "(restored). A cell is a material win when the candidate's pooled median E2E is "
-            "at least --min-gain lower than both controls; promote when at least --min-wins "
-            "cells win. Exit 0 when a decision was made, 2 when the runs cannot be compared."
+            "(restored). The restored run must be the original (same model, endpoints, "
+            "stated and declared recipe — version, slots, GPU memory, KV token slots, … — "
+            "and GPU set), else the runs are refused. A cell is a material win when the "
+            "candidate's pooled median E2E is at least --min-gain lower than both controls; "
+            "it is inconclusive, never a win, when its controls are more than --min-gain "
+            "apart, when the candidate's mean output length is more than "
+            f"{fmt_gain_limit(MAX_OUTPUT_SPREAD)} from both controls', or when an arm has "
+            f"fewer than {MIN_POOLED_REQUESTS} pooled requests or {MIN_REPS} repetitions. "
+            "Promote when at least --min-wins cells win. Exit 0 when a decision was made, "
+            "2 when the runs cannot be compared."
         ),
     )
     p.add_argument("--before", type=Path, required=True, metavar="RUN", help="original, before")
@@ -86,6 +102,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--allow-different-prompts",
         action="store_true",
         help="compare even when the prompt pools differ (recorded as a caveat)",
+    )
+    p.add_argument(
+        "--allow-restoration-drift",
+        action="store_true",
+        help="decide even when the restored run is not the original (another version, "
+        "recipe, token slots, GPU set): a restoration_drift caveat, and the candidate is "
+        "never promoted",
     )
     p.add_argument("--json", action="store_true", help="print the decision as JSON")
     p.add_argument(
@@ -133,6 +156,7 @@ def cmd_decide(ns: argparse.Namespace) -> int:
             min_wins=ns.min_wins,
             allow_different_prompts=ns.allow_different_prompts,
             run_dirs={role: str(p) for role, p in dirs.items()},
+            allow_restoration_drift=ns.allow_restoration_drift,
         )
     except NotComparable as e:
         print("soaktop decide: these runs cannot be compared:", file=sys.stderr)

@@ -14,8 +14,10 @@ from soak.after.decide_model import CellDecision, Decision, NotComparable, fmt_c
 from soak.after.decide_render import render
 from soak.after.decide_rule import controls_disagree, is_material_win
 from soak.cli.decide import add_parser, parse_gain
+from soak.record.gpu_telemetry import GpuIdentity
 from soak.record.matrix import CellResult, MatrixSpec, MatrixSummary, RepResult
 from soak.record.models import EndpointIdentity, Identity, RunRecord, Status, write_record
+from soak.record.recipe import Recipe
 from soak.record.sections import Reconciliation
 from soak.record.telemetry import RecordTelemetry
 
@@ -89,7 +91,13 @@ def record(
     max_tokens: int = 4096,
     matrix: bool = True,
     label: str | None = None,
+    version: str | None = None,
+    recipe: dict[str, str] | None = None,
+    declared: dict[str, str] | None = None,
+    gpus: list[str] | None = None,
 ) -> RunRecord:
+    """One arm's record; ``version``/``recipe`` are what every endpoint stated,
+    ``declared`` the operator's ``--recipe`` facts, ``gpus`` the GPU UUIDs."""
     summary = MatrixSummary(
         spec=MatrixSpec(
             input_tokens=sorted({c.input_tokens_target for c in cells}) or [1],
@@ -103,7 +111,13 @@ def record(
         cells=cells,
     )
     eps = [
-        EndpointIdentity(url=f"<endpoint {i}>", reachable=True, token_slots=s)
+        EndpointIdentity(
+            url=f"<endpoint {i}>",
+            reachable=True,
+            token_slots=s,
+            version=version,
+            recipe=recipe or {},
+        )
         for i, s in enumerate(slots or [None])
     ]
     return RunRecord(
@@ -118,6 +132,8 @@ def record(
             endpoints=eps,
             config_sha256="c" * 64,
             soaktop_version="0.1.0",
+            recipe=Recipe(declared=declared or {}),
+            gpus=[GpuIdentity(index=i, name="H200", uuid=u) for i, u in enumerate(gpus or [])],
         ),
         matrix=summary if matrix else None,
         gates=gates or {},
@@ -243,16 +259,23 @@ def test_seed_004_dflash_6k_c4_improves_on_restored_only_and_is_not_a_win():
     c = by_label(d, "~6K/C4")
     assert c.gain_vs_restored_pct == pytest.approx(14.55, abs=0.005)
     assert c.gain_vs_before_pct == pytest.approx(1.96, abs=0.005)
-    assert not c.win
-    # the two controls (5.061 vs 5.807) are 12.85% apart: the cell cannot resolve 10%
-    # the controls drifted 12.85% apart: a caveat beside the verdict, which the rule decides
-    assert c.verdict == "no win" and not c.reliable
+    assert not c.win and not c.beats_both
+    # the two controls (5.061 vs 5.807) are 12.85% apart: the cell cannot resolve 10%,
+    # so it is inconclusive (issue 15; it was "no win" beside a caveat before)
+    assert c.verdict == "inconclusive" and not c.reliable
+    assert c.inconclusive_reasons == ["controls_disagree"]
     assert c.controls_apart_pct == pytest.approx(12.85, abs=0.005)
     assert d.decision == "retain original" and (d.wins, d.cells_total) == (0, 4)
     text = render(d)
     assert "soaktop decide: retain original — 0/4 material wins" in text
+    assert d.card == (
+        "0/4 material wins (1 inconclusive) — at least 10% lower pooled median E2E required "
+        "against both controls: retain the original"
+    )
+    assert d.card in text and d.inconclusive == 1
+    assert "~6K/C4: inconclusive: the controls are 12.85% apart (more than 10%)" in text
     assert (
-        "~6K/C4: 14.55% faster than restored but only 1.96% faster than before: "
+        "14.55% faster than restored but only 1.96% faster than before: "
         "not at least 10% faster than both" in text
     )
     row = next(line for line in text.splitlines() if line.split()[:2] == ["~6K", "4"])
@@ -270,28 +293,40 @@ def test_seed_004_cache_layout_trial_retains_with_its_slowdowns_in_words():
     assert "9.24% slower than before, 7.92% slower than restored" in render(d)
     assert c.verdict == "no win"
     shaky = by_label(d, "~6K/C4")  # 5.222 vs 4.672: 10.53% apart
-    assert shaky.verdict == "no win" and not shaky.reliable
+    assert shaky.verdict == "inconclusive" and not shaky.reliable
 
 
 def test_promote_when_one_cell_wins_by_default_and_all_can_be_required():
     table = [(8000, 1, 2.0, 1.9, 2.0), (8000, 4, 5.0, 4.0, 5.1)]
     d = decide(*trial(table))
     assert d.decision == "promote" and (d.wins, d.min_wins) == (1, 1)
-    assert d.reasons[0] == (
-        "1/2 cells are material wins (at least 1 of the 2 cells needed): promote the candidate"
+    assert d.reasons[0] == d.card
+    assert d.card == (
+        "1/2 material wins — at least 10% lower pooled median E2E required against both "
+        "controls: promote the candidate"
     )
     assert "~6K/C4: 20.00% faster than before and 21.57% faster than restored" in d.reasons[2]
+    assert d.reasons[2].endswith("— a material win") and d.reasons[1].endswith("— no win")
     strict = decide(*trial(table), min_wins=None)
     assert strict.decision == "retain original" and strict.min_wins == 2
     assert "Promote when every cell is a material win." in strict.rule
+    assert strict.card == (
+        "1/2 material wins — at least 10% lower pooled median E2E required against both "
+        "controls, in every cell: retain the original"
+    )
 
 
-def test_a_win_beside_disagreeing_controls_counts_with_a_caveat():
+def test_a_candidate_beating_disagreeing_controls_is_inconclusive_not_a_win():
+    """Issue 15: decide promoted on a cell it had itself marked unreliable. The candidate
+    beats both controls by > 10%, but the controls are 16.67% apart: inconclusive."""
     d = decide(*trial([(8000, 4, 5.0, 3.5, 6.0)]))  # controls 16.67% apart
     c = d.cells[0]
-    # 30% faster than the faster control: the rule holds whatever the slower one did
-    assert c.win and c.verdict == "win" and not c.reliable and d.decision == "promote"
+    assert c.beats_both and not c.win and not c.reliable
+    assert c.verdict == "inconclusive" and c.inconclusive_reasons == ["controls_disagree"]
+    assert d.decision == "retain original" and (d.wins, d.inconclusive) == (0, 1)
     assert "the machine drifted by more than the gain asked for" in d.reasons[1]
+    assert d.reasons[1].startswith("~6K/C4: inconclusive: the controls are 16.67% apart")
+    assert "which does not count" in d.reasons[1]
     assert any(cv.code == "controls_disagree" for cv in d.caveats)
 
 
@@ -461,7 +496,7 @@ def test_token_slots_change_is_shown_like_the_seed():
         LAYOUT,
         before={"slots": [665_290, 665_289]},  # TP2 as two endpoints: summed
         candidate={"slots": [1_844_162]},
-        restored={"slots": [1_330_579]},
+        restored={"slots": [665_290, 665_289]},  # the original, restored
     )
     d = decide(*runs)
     assert d.engine.token_slots_vs_before == "1,330,579 → 1,844,162 (+38.60%)"
@@ -499,8 +534,10 @@ def test_json_round_trip(tmp_path, capsys):
     raw = json.loads(out)
     cell6k4 = next(c for c in raw["cells"] if c["label"] == "~6K/C4")
     assert cell6k4["candidate"]["e2e_median_s"] == pytest.approx(4.962)
-    assert cell6k4["verdict"] == "no win" and cell6k4["win"] is False
-    assert cell6k4["reliable"] is False
+    assert cell6k4["verdict"] == "inconclusive" and cell6k4["win"] is False
+    assert cell6k4["reliable"] is False and cell6k4["inconclusive_reasons"] == ["controls_disagree"]
+    assert raw["card"].startswith("0/4 material wins (1 inconclusive) — at least 10% lower")
+    assert raw["restoration"]["matched"] is True and raw["promotion_blocked"] is None
     assert d == decide(
         *trial(DFLASH), run_dirs={r: str(tmp_path / r) for r in ("before", "candidate", "restored")}
     )
@@ -514,7 +551,7 @@ def test_markdown_report_is_written_beside_the_text(tmp_path, capsys):
     assert text.startswith("# Decision: retain original — 0/4 material wins\n")
     assert "| ~6K | 4 | 5.061 | 4.962 | 5.807 |" in text
     assert "## Caveats" in text and "[controls_disagree]" in text
-    assert "| ~6K | 4 | 1.96% faster | 14.55% faster | 12.85% | no win |" in text
+    assert "| ~6K | 4 | 1.96% faster | 14.55% faster | 12.85% | inconclusive |" in text
 
 
 def test_a_cell_without_completed_requests_has_no_verdict_and_labels_its_target():
