@@ -17,8 +17,16 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from soak.cli.headless import EXIT_DETACHED, final_report
-from soak.record.models import EXIT_CODES, EXIT_STORAGE, EXIT_USAGE, Status, load_record
+from soak.cli.headless import final_report
+from soak.record.models import (
+    EXIT_CODES,
+    EXIT_DETACHED_OPERATOR,
+    EXIT_DETACHED_SIGNAL,
+    EXIT_STORAGE,
+    EXIT_USAGE,
+    Status,
+    load_record,
+)
 from soak.run.spawn import RunnerHandle
 from soak.safe_text import safe_text
 from tui.app import SoakTopApp
@@ -65,7 +73,7 @@ class TuiFrontend:
         """Live monitor of a runner this process started.
 
         Returns the record's exit code when the run finished (after "stop", the panes
-        stay up until record.json is written); 0 when the operator detached (``d``) and
+        stay up until record.json is written); 6 when the operator detached (``d``) and
         129 on a hang-up (SIGHUP), as headless mode, both printing how to re-attach;
         5 when the runner could not write its run directory and no record fitted; 4
         (aborted) when the runner died otherwise without a record. ``interval_s`` is
@@ -167,14 +175,15 @@ class TuiFrontend:
                 f"  re-attach: soaktop attach {run_dir}\n"
                 f"  its record will be {run_dir / 'record.json'}"
             )
-            # A hang-up detaches like headless mode (129); the operator's `d` is a success.
-            return EXIT_DETACHED if outcome.by_signal else 0
+            # A hang-up detaches like headless mode (129); the operator's `d` has its own
+            # code (6): not PASSED, since nothing is known yet of the verdict.
+            return EXIT_DETACHED_SIGNAL if outcome.by_signal else EXIT_DETACHED_OPERATOR
         if outcome.kind == "hangup":
             self._print(
                 "soaktop: terminal hung up; the run was asked to stop (drain, record) and "
                 f"has not written its record yet: {run_dir / 'record.json'}"
             )
-            return EXIT_DETACHED
+            return EXIT_DETACHED_SIGNAL
         if outcome.kind == "runner_died" and outcome.returncode == EXIT_STORAGE:
             self._warn(
                 f"the runner could not write its run directory {run_dir} "

@@ -45,6 +45,8 @@ class PlannedRun(BaseModel):
     concurrency: int | None = None
     duration_s: float | None = None
     drain_timeout_s: float | None = None
+    matrix: str | None = None
+    """The matrix profile's specification (``--matrix``), in a matrix run."""
     require_telemetry: list[str] = Field(default_factory=list)
     """``--require-telemetry`` kinds: their lost sources fail the run."""
 
@@ -59,6 +61,8 @@ class RunMeta:
     engine: str | None = None
     concurrency: int | None = None
     duration_s: float | None = None
+    matrix: str | None = None
+    """``input=6000,25000 concurrency=1,4 reps=3 requests=4``: a matrix run's plan."""
     required_telemetry: tuple[str, ...] = ()
     """The ``--require-telemetry`` kinds (``soak.judge.coverage.REQUIRE_KINDS``)."""
 
@@ -96,6 +100,7 @@ def read_meta(run_dir: Path) -> RunMeta | None:
         engine=(ident.engine if ident else None) or (cfg.engine if cfg else None),
         concurrency=cfg.concurrency if cfg else None,
         duration_s=cfg.duration_s if cfg else None,
+        matrix=cfg.matrix if cfg else None,
         required_telemetry=tuple(cfg.require_telemetry) if cfg else (),
     )
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from soak.record.endurance import EnduranceView, FigureNow, LeakNow
 from soak.record.models import Reason, RunRecord
-from soak.record.snapshot import Snapshot
+from soak.record.snapshot import MatrixProgress, Snapshot
 from soak.record.telemetry import SnapshotTelemetry
 from tui.glyphs import UNICODE, Glyphs
 from tui.reader import EventEntry, HistoryPoint, RunMeta, TrendPoint
@@ -84,6 +84,11 @@ class RunView:
         """The drift and leak judgement so far (None: not in this snapshot, or no
         snapshot yet)."""
         return self.snapshot.endurance if self.snapshot else None
+
+    @property
+    def matrix(self) -> MatrixProgress | None:
+        """A matrix run's progress in the snapshot shown (None: a soak, or no snapshot)."""
+        return self.snapshot.matrix if self.snapshot else None
 
     def figure(self, name: str) -> FigureNow | None:
         """Figure ``name`` (a key of ``soak.record.endurance.FIGURES``) in the live

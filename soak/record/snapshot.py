@@ -11,7 +11,7 @@ a line is ``schema/snapshot.schema.json``.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -61,13 +61,92 @@ class ClientView(BaseModel):
     """Worst event-loop lateness during this tick."""
 
 
+class MatrixCellNow(BaseModel):
+    """A finished matrix cell's pooled figures (the record's cell will hold the same)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    label: str
+    """``~6000 / C4``."""
+    e2e_median_s: float | None = None
+    """Ordinary median of the E2E of every repetition's requests."""
+    ttft_content_median_s: float | None = None
+    """Median sent → first visible content."""
+    completed: int = 0
+    failed: int = 0
+    input_tokens_mean: float | None = None
+    """The server's prompt tokens, mean (the actual input beside the target)."""
+
+
+class MatrixProgress(BaseModel):
+    """Where a matrix run stands (schema 1.3; only a matrix run's snapshots carry it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cells: int
+    """Cells in the matrix."""
+    reps: int
+    """Timed repetitions per cell (R)."""
+    requests: int
+    """Timed requests per repetition (K)."""
+    phase: Literal["preparing", "warmup", "rep", "done"]
+    """``preparing``: the cell's prompts are being built (nothing sent yet); ``warmup``:
+    its untimed requests; ``rep``: repetition ``rep`` of ``reps``; ``done``: no cell left
+    (every cell ran, or the run stopped first)."""
+    cell: int | None = None
+    """The current cell (0-based; None before the first)."""
+    label: str | None = None
+    input_tokens_target: int | None = None
+    concurrency: int | None = None
+    rep: int | None = None
+    """The current repetition (1-based; None outside a repetition)."""
+    batch_requests: int | None = None
+    """Requests of the current batch: ``requests`` in a repetition, the warm-up's count."""
+    batch_done: int = 0
+    """Of them, completed so far."""
+    batch_failed: int = 0
+    """Of them, failed so far (cancelled ones are neither)."""
+    finished: list[MatrixCellNow] = Field(default_factory=list)
+    """Every cell finished so far, in order."""
+
+    def where(self) -> str:
+        """``cell 3/4 ~6000/C4 · rep 2/3 · 3/4 requests`` (what the monitor's header and
+        the headless status line say), ``… · warm-up · 2/4 requests``, ``… · preparing
+        prompts`` or ``matrix done · 4/4 cells``."""
+        if self.phase == "done":
+            return f"matrix done · {len(self.finished)}/{self.cells} cells"
+        if self.cell is None:
+            return f"matrix · preparing cell 1/{self.cells}"
+        head = f"cell {self.cell + 1}/{self.cells} ~{self.input_tokens_target}/C{self.concurrency}"
+        if self.phase == "preparing":
+            return f"{head} · preparing prompts"
+        step = "warm-up" if self.phase == "warmup" else f"rep {self.rep}/{self.reps}"
+        failed = f", {self.batch_failed} failed" if self.batch_failed else ""
+        return f"{head} · {step} · {self.batch_done}/{self.batch_requests} requests{failed}"
+
+    def fraction(self) -> float:
+        """How far the matrix is (0–1): finished cells, and of the current one its
+        repetitions and the current repetition's requests (a warm-up counts as none)."""
+        if self.phase == "done" or not self.cells:
+            return 1.0
+        if self.cell is None:
+            return 0.0
+        of_cell = 0.0
+        if self.phase == "rep" and self.rep is not None:
+            in_rep = (self.batch_done + self.batch_failed) / max(1, self.batch_requests or 1)
+            of_cell = (self.rep - 1 + min(1.0, in_rep)) / self.reps
+        return min(1.0, (self.cell + of_cell) / self.cells)
+
+
 class Snapshot(AbsentUnlessSet):
     """One line of snapshots.jsonl."""
 
     model_config = ConfigDict(extra="forbid")
 
-    absent_unless_set: ClassVar[frozenset[str]] = frozenset({"endurance"})
-    """Written once the first soak window closed (never by a 1.1 writer)."""
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset({"endurance", "matrix"})
+    """``endurance``: written once the first soak window closed (never by a 1.1 writer);
+    ``matrix``: only by a matrix run (never in a soak's snapshots)."""
 
     schema_version: str = SNAPSHOT_SCHEMA_VERSION
     """``MAJOR.MINOR``; 1.0 lines hold the integer 1 (read as ``"1.0"``)."""
@@ -88,6 +167,9 @@ class Snapshot(AbsentUnlessSet):
     telemetry: SnapshotTelemetry = Field(default_factory=SnapshotTelemetry)
     endurance: EnduranceView | None = None
     """The drift and leak judgement so far, once the load began (schema 1.2)."""
+    matrix: MatrixProgress | None = None
+    """A matrix run's progress: the cell, the repetition, its requests and the finished
+    cells' medians (schema 1.3)."""
     events: list[Event] = Field(default_factory=list)
     """Events since the previous snapshot."""
     status: str = "running"

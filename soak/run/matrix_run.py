@@ -33,9 +33,10 @@ from soak.record.matrix import (
     parse_matrix,
     pool_cell,
 )
+from soak.record.snapshot import MatrixCellNow, MatrixProgress
 from soak.run.identity import count_tokens
 from soak.run.request_sink import RequestSink
-from soak.run.state import RunParts
+from soak.run.state import MatrixBatch, RunParts, RunState
 from soak.watch.gpu.sources import gpu_entries
 
 SAMPLE_S = 0.25
@@ -79,7 +80,8 @@ class MatrixRun:
             max_tokens=cfg.max_tokens,
             ignore_eos=cfg.ignore_eos,
             temperature=cfg.temperature,
-            extra=(("reasoning_effort", cfg.reasoning_effort),) if cfg.reasoning_effort else (),
+            extra=cfg.sampling_extra()
+            + ((("reasoning_effort", cfg.reasoning_effort),) if cfg.reasoning_effort else ()),
         )
 
     async def run(self) -> MatrixSummary:
@@ -217,6 +219,8 @@ class MatrixRun:
         """``len(prompts)`` requests, closed loop at ``concurrency`` (at most one per prompt)."""
         st, cfg = self.state, self.state.config
         results: list[RequestResult] = []
+        # The snapshot tick counts this list for the live progress (no work per request).
+        st.matrix_batch = MatrixBatch(cell=cell, rep=rep, requests=len(prompts), results=results)
 
         def on_result(r: RequestResult) -> None:
             results.append(r)
@@ -258,6 +262,49 @@ class MatrixRun:
                         f"{plan.concurrency} workers started ({st.redactor.text(why)})"
                     )
         return results
+
+
+def matrix_progress(st: RunState) -> MatrixProgress | None:
+    """Where the matrix stands, for the snapshot (None: not a matrix run). Folded at the
+    tick from what the matrix run keeps anyway: the cells so far (``matrix_cells``, the
+    pooled ``matrix.cells``) and the current batch's finished requests."""
+    summary = st.matrix
+    if summary is None:
+        return None
+    spec, batch = summary.spec, st.matrix_batch
+    cell = st.matrix_cells[-1] if st.matrix_cells else None
+    total = len(spec.cells())
+    out = MatrixProgress(
+        cells=total,
+        reps=spec.reps,
+        requests=spec.requests,
+        phase="preparing",
+        finished=[
+            MatrixCellNow(
+                index=c.index,
+                label=c.label,
+                e2e_median_s=c.e2e_median_s,
+                ttft_content_median_s=c.ttft_content_median_s,
+                completed=c.completed,
+                failed=c.failed,
+                input_tokens_mean=c.input_tokens_mean,
+            )
+            for c in summary.cells
+        ],
+    )
+    if cell is not None:
+        out.cell, out.label = cell.index, cell.label
+        out.input_tokens_target, out.concurrency = cell.input_tokens_target, cell.concurrency
+    if len(summary.cells) + len(summary.not_run) >= total:
+        out.phase = "done"  # every cell ran, or the run stopped before the rest
+    elif cell is not None and batch is not None and batch.cell == cell.index:
+        out.phase, out.rep = ("warmup", None) if batch.rep is None else ("rep", batch.rep)
+        out.batch_requests = batch.requests
+        out.batch_done = sum(1 for r in batch.results if r.failure is None)
+        out.batch_failed = sum(
+            1 for r in batch.results if r.failure is not None and not r.cancelled
+        )
+    return out
 
 
 def _take(it: Iterator[Any], n: int) -> tuple[Any, ...]:

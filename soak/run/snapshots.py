@@ -21,6 +21,7 @@ from soak.record.models import Reason
 from soak.record.sections import ThresholdState
 from soak.record.snapshot import ClientView, LoadView, Snapshot
 from soak.record.telemetry import SnapshotTelemetry
+from soak.run.matrix_run import matrix_progress
 from soak.run.request_sink import RequestSink
 from soak.run.state import RunParts
 from soak.run.stops import RunControls
@@ -78,6 +79,8 @@ class SnapshotTick:
         self.windows.observe(snap)  # may close a window: the view is then refreshed
         if self.windows.view is not None:  # written once the first window closed
             snap.endurance = self.windows.view
+        if (progress := matrix_progress(st)) is not None:  # a matrix run's only
+            snap.matrix = progress
         if p.threshold_watch.thresholds:
             snap.thresholds = self._thresholds_now(snap)
         self._seq += 1

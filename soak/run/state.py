@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadgen.envelope import RequestResult
 from loadgen.live import LiveLoadStats
 from loadgen.prompts import PromptPool
 from loadgen.workers import LoadGenerator
@@ -34,6 +35,17 @@ from soak.watch.gpu.dcgm import DcgmWatch
 from soak.watch.gpu.nvml import NvmlWatch
 from soak.watch.health import FaultWatch
 from soak.watch.host import HostWatch
+
+
+@dataclass
+class MatrixBatch:
+    """One batch of a matrix cell: a warm-up (``rep`` None) or a timed repetition."""
+
+    cell: int
+    rep: int | None
+    requests: int
+    results: list[RequestResult] = field(default_factory=list)
+    """Its finished requests so far (appended by the batch as each one ends)."""
 
 
 @dataclass
@@ -85,6 +97,9 @@ class RunState:
     """The matrix's cells so far (filled as they finish; the record's come from here)."""
     matrix_start_ns: int | None = None
     """When the matrix's first batch began (its live figures count from there)."""
+    matrix_batch: MatrixBatch | None = None
+    """The matrix's batch issuing now (written by the matrix run; the snapshot tick counts
+    its finished requests for the progress it shows)."""
     # -- engine counters around the windows (reconciliation) -----------------------------
     counters_before: list[EngineSample] | None = None
     counters_after: list[EngineSample] | None = None

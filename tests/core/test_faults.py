@@ -69,7 +69,9 @@ def test_faults_from_every_source_in_one_list_with_load_relative_times():
         "detail": "GPU 1: Xid 31",
         "gpu": 1,
         "xid": 31,
+        "incident": 1,  # schema 1.3: the Xid and the CUDA error it caused are one fault
     }
+    assert [f["incident"] for f in faults] == [1, 1, 2, 3, 4]
     assert faults[1]["replica"] == 1 and faults[-1]["ignored"] is True
     # no load ran: times stay since the run's start only
     assert faults_from_events(events, None)[0]["time_s"] is None

@@ -17,7 +17,7 @@ from textual.app import App
 from textual.pilot import Pilot
 
 from soak.cli.headless import EXIT_DETACHED
-from soak.record.models import EXIT_STORAGE
+from soak.record.models import EXIT_DETACHED_OPERATOR, EXIT_STORAGE
 from tests.tui.helpers import HEALTHY, POST_LOAD_500, LiveRun, screen_text
 from tui.app import SoakTopApp
 from tui.frontend import STOP_MARGIN_S, TuiFrontend
@@ -106,7 +106,7 @@ def test_follow_detach_prints_how_to_reattach(
     headless(operator)
     out = io.StringIO()
     code = frontend(out).follow(FakeHandle(run.dir), interval_s=10, detach_allowed=True)  # type: ignore[arg-type]
-    assert code == 0
+    assert code == EXIT_DETACHED_OPERATOR == 6  # not 0: that is PASSED, and no verdict yet
     assert f"re-attach: soaktop attach {run.dir}" in out.getvalue()
     assert not (run.dir / "control.jsonl").exists()
 

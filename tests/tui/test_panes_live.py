@@ -137,7 +137,8 @@ async def test_xid_fault_on_gpu_1(tmp_path: Path) -> None:
         assert len(xid_rows) == 1 and xid_rows[0].startswith("1:1 ")
         events = app.screen.query_one(EventsPane).plain_text
         assert "fault" in events and "Xid 31" in events
-        assert "3 faults" in app.screen.query_one(HeaderPane).plain_text
+        # one Xid, three reports (the DCGM gauge, the kernel line, the CUDA error): 1 fault
+        assert "1 fault (3 reports)" in app.screen.query_one(HeaderPane).plain_text
     wide = live_app(run.dir)
     async with wide.run_test(size=(160, 48)) as pilot:
         await wide.poll_now()

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from textual.pilot import Pilot
 
-from tests.tui.helpers import XID, view_app
+from tests.tui.helpers import FIXTURES, XID, view_app
 from tui.settings import UiSettings
 
 MID_LOAD = 12
@@ -30,3 +30,18 @@ def test_monitor_screenshot(
 ) -> None:
     app = view_app(XID, settings=UiSettings(theme=theme, ascii=False))
     assert snap_compare(app, terminal_size=size, run_before=_to_mid_load)
+
+
+MATRIX_REP = 7
+"""Snapshot index of the matrix fixture shown: cell 2/4 (~64 / C4), rep 2 of 3."""
+
+
+async def _to_matrix_rep(pilot: Pilot[object]) -> None:
+    pilot.app.move_cursor(MATRIX_REP)  # type: ignore[attr-defined]
+    await pilot.pause()
+
+
+def test_matrix_screenshot(snap_compare: Callable[..., bool]) -> None:
+    """A matrix run at 80×24: the progress in the header and pane 3, per-cell medians."""
+    app = view_app(FIXTURES / "matrix", settings=UiSettings(theme="dark", ascii=False))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_to_matrix_rep)

@@ -108,7 +108,7 @@ async def test_losses_beside_live_numbers_fit_80x24(tmp_path: Path) -> None:
         await app.poll_now()
         await pilot.pause()
         header = app.screen.query_one(HeaderPane).plain_text.splitlines()
-        assert header[2].startswith("verdict running │ 3 faults, /health e1 lost, DCGM exporter")
+        assert header[2].startswith("verdict running │ 1 fault (3 reports), /health e1 lost, DCGM")
         pane4 = app.screen.query_one(ConcurrencyPane)
         rows = pane4.plain_text.splitlines()
         assert rows[1].startswith("e0 ok run  16 wait   0 KV")  # a healthy replica as before

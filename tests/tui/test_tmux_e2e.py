@@ -64,3 +64,39 @@ def test_demo_in_an_80x24_terminal(tmp_path: Path) -> None:
         assert "PASSED  tiny-sim__demo__" in _capture(session)  # the report after the app
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+
+
+def test_detach_in_the_monitor_exits_6_and_the_run_goes_on(tmp_path: Path) -> None:
+    """``d`` in ``soaktop run``'s monitor: exit code 6 (not 0, which is PASSED), how to
+    re-attach on the terminal, and the runner finishes the soak and writes its record."""
+    from soak.cli.demo import simulated_engine
+
+    session = f"soaktop-detach-{os.getpid()}"
+    exit_file = tmp_path / "exit"
+    out = tmp_path / "runs"
+    with simulated_engine(replicas=1, gpus_per_replica=1) as sim:
+        command = (
+            f"cd {shlex.quote(str(ROOT))} && LANG=C.UTF-8 {shlex.quote(sys.executable)} "
+            f"-m tui.entry run --endpoint {sim.urls[0]} --model {sim.model} --duration 8 "
+            f"--concurrency 2 --max-tokens 8 --no-gates --out {shlex.quote(str(out))}; "
+            f"echo $? > {shlex.quote(str(exit_file))}; sleep 60"
+        )
+        subprocess.run(
+            ["tmux", "new-session", "-d", "-x", "80", "-y", "24", "-s", session, command],
+            check=True,
+        )
+        try:
+            _wait_for(session, lambda s: "LIVE" in s and "load 00:" in s, 60)
+            subprocess.run(["tmux", "send-keys", "-t", session, "d"], check=True)
+            deadline = time.monotonic() + 30
+            while not exit_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert exit_file.read_text().strip() == "6"
+            assert "detached; the run goes on" in _capture(session)
+            (run_dir,) = out.iterdir()
+            deadline = time.monotonic() + 60
+            while not (run_dir / "record.json").exists() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert '"status": "PASSED"' in (run_dir / "record.json").read_text()
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", session], check=False)

@@ -69,11 +69,17 @@ class Pane(Widget):
         self.view: RunView | None = None
 
     def on_mount(self) -> None:
-        self.border_title = f"{self.NUMBER} {self.TITLE}"
+        self.border_title = f"{self.NUMBER} {self.title_for(self.view)}"
+
+    def title_for(self, view: RunView | None) -> str:
+        """The pane's title for ``view`` (``TITLE``; a pane that changes with the run's
+        kind says so here)."""
+        return self.TITLE
 
     def show(self, view: RunView) -> None:
         """Draw this frame (keeps it for resizes)."""
         self.view = view
+        self.border_title = f"{self.NUMBER} {self.title_for(view)}"
         self.refresh()
 
     def render(self) -> Content:

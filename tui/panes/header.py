@@ -8,6 +8,7 @@ from typing import Any
 from textual.content import Content
 
 from soak.judge.coverage import SOURCE_WORDS
+from soak.record.faults import distinct_faults
 from soak.record.models import RunRecord
 from tui.coverage import answered, coverage, lost_so_far, short_key
 from tui.fmt import clip, mmss, pct, phase_label, rate, secs, status_style
@@ -46,8 +47,11 @@ def phase_progress(view: RunView) -> tuple[str, float | None]:
         return f"{label} {mmss(elapsed)}", None
     if phase == "drain":
         return f"{label} {mmss(elapsed)}, {snap.load.in_flight} in flight", None
+    if phase in ("matrix", "warmup") and view.matrix is not None:
+        # "cell 3/4 ~6000/C4 · rep 2/3 · 3/4 requests", the bar over the whole matrix
+        return view.matrix.where(), view.matrix.fraction()
     if phase in ("matrix", "warmup"):
-        # the matrix's phase events name the cell and repetition: "cell 2 (~256 / C1) rep 1/3"
+        # a run before schema 1.3: its phase events name the cell and repetition
         where = next(
             (e.event.message for e in reversed(view.events) if e.event.kind == "phase"),
             "",
@@ -70,9 +74,14 @@ def _counts(view: RunView) -> list[str]:
     out = []
     if snap is not None and snap.load.failed:
         out.append(f"{snap.load.failed} failed requests")
-    faults = sum(1 for e in view.events if e.event.kind == "fault")
-    if faults:
-        out.append(f"{faults} fault{'s' if faults != 1 else ''}")
+    faults, reports = distinct_faults(
+        {"kind": e.event.kind, "t": e.event.t, "message": e.event.message, "data": e.event.data}
+        for e in view.events
+        if e.event.kind == "fault"
+    )
+    if faults:  # one Xid that DCGM, the kernel line and the CUDA error reported: 1 fault
+        seen = f" ({reports} reports)" if reports > faults else ""
+        out.append(f"{faults} fault{'s' if faults != 1 else ''}{seen}")
     gates = snap.gates if snap is not None else {}
     bad = sum(s.failed for suites in gates.values() for s in suites.values())
     if bad:
@@ -189,15 +198,7 @@ class HeaderPane(Pane):
         out: list[Content] = [line("")]
         if view.meta:
             out.append(line(muted("run dir  "), str(view.meta.run_dir)))
-            conc = view.meta.concurrency
-            dur = view.meta.duration_s
-            out.append(
-                line(
-                    muted("plan     "),
-                    f"{conc if conc is not None else g.missing} workers, ",
-                    f"issue window {mmss(dur) if dur else g.missing}",
-                )
-            )
+            out.append(line(muted("plan     "), _plan(view)))
         if view.snapshot is not None:
             client = view.snapshot.client
             out.append(
@@ -223,6 +224,22 @@ class HeaderPane(Pane):
                 )
             )
         return out
+
+
+def _plan(view: RunView) -> str:
+    """``32 workers, issue window 01:00`` for a soak; a matrix run's specification
+    (``matrix input=6000,25000 concurrency=1,4 reps=3 requests=4 warmup=1``): its
+    concurrency is each cell's and it has no issue window."""
+    g, meta = view.glyphs, view.meta
+    if meta is None:
+        return g.missing
+    if meta.matrix or view.matrix is not None:
+        return f"matrix {meta.matrix or g.missing}"
+    conc, dur = meta.concurrency, meta.duration_s
+    return (
+        f"{conc if conc is not None else g.missing} workers, "
+        f"issue window {mmss(dur) if dur else g.missing}"
+    )
 
 
 def _int(v: float | None, g: Glyphs) -> str:

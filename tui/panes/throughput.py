@@ -67,13 +67,22 @@ class ThroughputPane(Pane):
             return line(*parts)
 
         failed = load.failed if load else None
+        # A matrix issues per batch: its issued count is the batch's, not the run's, and
+        # would read as fewer than done (pane 3 says the batch's requests).
+        issued: list[Part] = (
+            []
+            if view.matrix is not None
+            else [
+                muted(" issued " if short else "  issued "),
+                count(load.issued if load else None, g),
+            ]
+        )
         footer = line(
             muted("done "),
             count(load.completed if load else None, g),
             muted(" failed " if short else "  failed "),
             (count(failed, g), "$text-error" if failed else ""),
-            muted(" issued " if short else "  issued "),
-            count(load.issued if load else None, g),
+            *issued,
         )
         # The whole run once windows closed: a caption says so when there is a row for it.
         caption = (
