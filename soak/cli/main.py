@@ -1,8 +1,10 @@
-"""The ``soaktop`` command line: run, demo, attach, view, decide, compare, runs, report,
-sim, verify, recover.
+"""The ``soaktop`` command line: run, demo, scout, attach, view, decide, compare, runs,
+report, sim, verify, recover.
 
-Exit codes (DESIGN.md §6): 0 passed, 1 failed, 2 usage or configuration error,
-3 invalid, 4 aborted. ``verify`` exits 0 when the record agrees with its journals, else 1.
+Exit codes (DESIGN.md §6, the README's table): 0 passed, 1 failed, 2 usage or
+configuration error, 3 invalid, 4 aborted, 5 the run directory could not be written, 6 the
+operator detached the monitor (the run goes on), 129 a hang-up detached it. ``verify``
+exits 0 when the record agrees with its journals, else 1.
 
 The headless core never imports the Textual monitor: the ``soaktop`` console script is
 ``tui.entry:main``, which hands a frontend factory to :func:`main` here. Without one
