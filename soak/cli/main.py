@@ -61,7 +61,7 @@ def _terminal() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _frontend(ns: argparse.Namespace, headless: bool = False) -> Frontend | None:
+def frontend_for(ns: argparse.Namespace, headless: bool = False) -> Frontend | None:
     """The monitor, when there is one and a terminal to show it on (CI, a pipe or nohup
     never start it)."""
     if headless or _UI is None or not _terminal():
@@ -114,7 +114,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"soaktop: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
-    return launch(cfg, ui=_frontend(ns, cfg.headless))[0]
+    return launch(cfg, ui=frontend_for(ns, cfg.headless))[0]
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
@@ -170,7 +170,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 flush=True,
             )
             # The engine dies with this process, so a hang-up stops the run (no detach).
-            rc, run_dir = launch(cfg, detach_on_hup=False, ui=_frontend(ns, cfg.headless))
+            rc, run_dir = launch(cfg, detach_on_hup=False, ui=frontend_for(ns, cfg.headless))
             try:
                 if run_dir is not None:
                     keep_server_logs(sim, run_dir, cfg)
@@ -214,7 +214,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     # Checked before the monitor opens: a damaged directory is a sentence, not a screen.
     if _readable_run("attach", ns.run_dir) is not None:
         return EXIT_USAGE
-    if (ui := _frontend(ns)) is not None:
+    if (ui := frontend_for(ns)) is not None:
         return ui.attach(ns.run_dir)
     handle = AttachedRunner(ns.run_dir)
     if not handle.alive():
@@ -238,7 +238,7 @@ def cmd_view(ns: argparse.Namespace) -> int:
 
     if _readable_run("view", ns.run_dir) is not None:
         return EXIT_USAGE
-    if (ui := _frontend(ns)) is not None:
+    if (ui := frontend_for(ns)) is not None:
         return ui.view(ns.run_dir)
     if not (ns.run_dir / "record.json").exists():
         print(

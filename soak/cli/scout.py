@@ -394,11 +394,11 @@ class Scout:
 
     def _run(self, step: Step, result: StepResult) -> None:
         """The arm's matrix run, followed to its end."""
-        from soak.cli.main import _frontend, launch
+        from soak.cli.main import frontend_for, launch
         from soak.record.run_dir import RunDirError, load_run_record
 
         cfg = self.configs[step.n]
-        rc, run_dir = launch(cfg, detach_on_hup=False, ui=_frontend(self.ns, cfg.headless))
+        rc, run_dir = launch(cfg, detach_on_hup=False, ui=frontend_for(self.ns, cfg.headless))
         result.exit_code = rc
         if run_dir is None:
             result.problem = f"the runner did not start (exit {rc}); nothing was run"

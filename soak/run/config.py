@@ -441,6 +441,13 @@ class RunConfig(BaseModel):
             (name, value) for name in SAMPLING_EXTRA if (value := getattr(self, name)) is not None
         )
 
+    def body_extra(self) -> tuple[tuple[str, Any], ...]:
+        """Every body field of a load request beyond model, prompt, max_tokens, ignore_eos
+        and temperature: the sampling fields, then ``reasoning_effort`` when set (the soak
+        and the matrix send the same)."""
+        reasoning = (("reasoning_effort", self.reasoning_effort),) if self.reasoning_effort else ()
+        return self.sampling_extra() + reasoning
+
     def public_dict(self) -> dict[str, Any]:
         """The config as written to the run directory (redacted when asked; a declared
         fact whose key names a secret never: ``<secret>``)."""

@@ -80,8 +80,7 @@ class MatrixRun:
             max_tokens=cfg.max_tokens,
             ignore_eos=cfg.ignore_eos,
             temperature=cfg.temperature,
-            extra=cfg.sampling_extra()
-            + ((("reasoning_effort", cfg.reasoning_effort),) if cfg.reasoning_effort else ()),
+            extra=cfg.body_extra(),
         )
 
     async def run(self) -> MatrixSummary:
@@ -126,11 +125,14 @@ class MatrixRun:
         cell.prompt_pool_sha256 = pool.sha256
         cell.warmup_requests = warm
         label = f"~{tokens} / C{concurrency}"
+        # Counted from 1 as the monitor's progress line says it ("cell 2/4"); the event's
+        # data keeps the 0-based index the request ids use (c<index>).
+        nth = f"{index + 1}/{len(spec.cells())}"
         prompts = iter(pool.prompts)
         if warm:
             st.enter(
                 "warmup",
-                f"cell {index} ({label}): {warm} warm-up requests, untimed",
+                f"cell {nth} ({label}): {warm} warm-up requests, untimed",
                 cell=index,
                 pool_sha256=pool.sha256,
             )
@@ -142,7 +144,7 @@ class MatrixRun:
                 break
             st.enter(
                 "matrix",
-                f"cell {index} ({label}) rep {rep}/{spec.reps}",
+                f"cell {nth} ({label}) rep {rep}/{spec.reps}",
                 cell=index,
                 rep=rep,
                 pool_sha256=pool.sha256,

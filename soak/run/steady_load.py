@@ -56,7 +56,7 @@ class SteadyLoad:
             max_tokens=cfg.max_tokens,
             ignore_eos=cfg.ignore_eos,
             temperature=cfg.temperature,
-            extra=cfg.sampling_extra(),
+            extra=cfg.body_extra(),  # reasoning_effort too: "every load request"
         )
         return plan, bodies
 

@@ -534,7 +534,7 @@ def test_a_run_records_the_recipe_and_no_secret_reaches_the_disk(
             "--recipe", f"hf_token={DECLARED_SECRET}",
             "--temperature", "0.7", "--top-p", "0.9", "--top-k", "40", "--min-p", "0.05",
             "--presence-penalty", "0.5", "--frequency-penalty", "-0.5",
-            "--repetition-penalty", "1.1",
+            "--repetition-penalty", "1.1", "--reasoning", "high",
             *(["--redact"] if redact else []),
         ]  # fmt: skip
         env = os.environ | {"SOAK_RECIPE_TEST_KEY": KEY, "PYTHONUNBUFFERED": "1"}
@@ -546,6 +546,7 @@ def test_a_run_records_the_recipe_and_no_secret_reaches_the_disk(
         assert body["temperature"] == 0.7 and body["top_p"] == 0.9 and body["top_k"] == 40
         assert body["min_p"] == 0.05 and body["repetition_penalty"] == 1.1
         assert body["presence_penalty"] == 0.5 and body["frequency_penalty"] == -0.5
+        assert body["reasoning_effort"] == "high"  # a soak sends it as a matrix does
         assert "seed" not in body
     (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
     rec = json.loads((run_dir / "record.json").read_text())
