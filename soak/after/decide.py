@@ -91,6 +91,7 @@ from soak.after.decide_model import (
     DEFAULT_MIN_WINS,
     ROLES,
     ArmSummary,
+    Caveat,
     CellArm,
     CellDecision,
     Decision,
@@ -176,6 +177,7 @@ def decide(
             *identity_caveats(before, candidate, rest, changes),
             *caveats(runs, cells, order, decided, labels, min_gain, allow_different_prompts),
         ],
+        run_caveats=_run_caveats(runs),
         engine=_engine_facts(arms),
         restoration=rest,
         candidate_changes=changes,
@@ -196,6 +198,16 @@ def _comparable_cells(
     if refused:
         raise NotComparable(refused)
     return order
+
+
+def _run_caveats(runs: dict[str, RunRecord]) -> list[Caveat]:
+    """The records' own caveats, one per code (the first run's wording: the arms ran the
+    same matrix, so their words differ only in numbers)."""
+    seen: dict[str, Caveat] = {}
+    for rec in runs.values():
+        for c in rec.caveats:
+            seen.setdefault(c.code, Caveat(code=c.code, message=c.message))
+    return list(seen.values())
 
 
 def _pool_arms(

@@ -204,6 +204,10 @@ class Decision(BaseModel):
     reasons: list[str] = Field(default_factory=list)
     """Why: the count, then one sentence per cell."""
     caveats: list[Caveat] = Field(default_factory=list)
+    run_caveats: list[Caveat] = Field(default_factory=list)
+    """What the runs themselves cannot show, from how they were made (the records'
+    ``caveats``: a small natural-output scout, closed loop, one run per arm, …), one per
+    code in the before run's words; seed 004's "Important caveat"."""
     engine: EngineFacts = Field(default_factory=EngineFacts)
     restoration: Restoration = Field(default_factory=Restoration)
     candidate_changes: list[str] = Field(default_factory=list)

@@ -70,6 +70,9 @@ def render(d: Decision, markdown: bool = False) -> str:
     lines += [f"- {r}" for r in d.reasons]
     lines += ["", h("Caveats"), ""]
     lines += [f"- {c.message} [{c.code}]" for c in d.caveats] or ["- none detected"]
+    if d.run_caveats:
+        lines += ["", h("What the runs cannot show"), ""]
+        lines += [f"- {c.message} [{c.code}]" for c in d.run_caveats]
     lines += _engine_section(d, h, markdown)
     return "\n".join(safe_line(ln) for ln in lines) + "\n"
 

@@ -269,3 +269,33 @@ def test_a_candidate_that_changed_nothing_stated_or_declared_is_a_caveat():
     declared = decide(*arms(candidate=ORIGINAL | {"declared": {"kv_layout": "paged-v2"}}))
     assert declared.candidate_changes == ["kv_layout paged-v2 (the original states none)"]
     assert "candidate_identical_recipe" not in codes(declared)
+
+
+# ---------------------------------------------------------------- the runs' own limits
+
+
+def test_the_runs_own_caveats_stand_beside_the_decision_once_each():
+    """Seed 004's "Important caveat": what the records say their runs cannot show (a small
+    natural-output scout, one run per arm) is listed once per code, in text, markdown,
+    HTML and --json; without record caveats the section is absent."""
+    from soak.record.sections import RecordCaveat
+
+    scout = RecordCaveat(code="matrix_scout", message="a small natural-output scout")
+    recs = arms()
+    recs = [r.model_copy(update={"caveats": [scout]}) for r in recs]
+    recs[1] = recs[1].model_copy(
+        update={"caveats": [scout, RecordCaveat(code="one_run", message="one run")]}
+    )
+    d = decide(*recs)
+    assert [(c.code, c.message) for c in d.run_caveats] == [
+        ("matrix_scout", "a small natural-output scout"),
+        ("one_run", "one run"),
+    ]
+    text = render(d)
+    limits = text.split("What the runs cannot show", 1)[1]
+    assert "- a small natural-output scout [matrix_scout]" in limits
+    assert limits.count("[matrix_scout]") == 1
+    assert "## What the runs cannot show" in render(d, markdown=True)
+    assert "What the runs cannot show" in build_decide_page(d)
+    assert json.loads(d.model_dump_json())["run_caveats"][1]["code"] == "one_run"
+    assert "What the runs cannot show" not in render(decide(*arms()))

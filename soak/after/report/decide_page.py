@@ -427,6 +427,10 @@ def build_decide_page(d: Decision, plotly_js: str | None = None) -> str:
         )
         or "<li>none detected</li>"
     )
+    limits = "".join(
+        f'<li>{esc(c.message)} <code class="code">[{esc(c.code)}]</code></li>'
+        for c in d.run_caveats
+    )
     body = [
         f"<style>{BARS_CSS}</style>",
         section("Decision", head + _runs_table(d), "decision"),
@@ -435,6 +439,11 @@ def build_decide_page(d: Decision, plotly_js: str | None = None) -> str:
         section("Cells", _cells_tables(d), "cells"),
         section("Reasons", f'<ul class="reasons">{reasons}</ul>', "reasons"),
         section("Caveats", f'<ul class="caveats">{caveats}</ul>', "caveats"),
+        *(
+            [section("What the runs cannot show", f'<ul class="caveats">{limits}</ul>', "limits")]
+            if limits
+            else []
+        ),
         section("Engine facts", _engine(d), "engine"),
     ]
     figs = {
