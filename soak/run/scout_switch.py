@@ -23,10 +23,12 @@ import contextlib
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 
@@ -94,12 +96,13 @@ def run_command(
     stops it and is raised again."""
     secrets = list(secrets)
     scrub = _Scrub(secrets, clean)
-    raw = log.with_name(f".{log.name}.raw")
     started = time.monotonic()
     rc: int | None = None
-    with raw.open("wb") as out:
-        # A file, not a pipe: a server the script leaves running keeps it open, and a
-        # pipe would then never reach its end.
+    # An unnamed file, not a pipe: a server the script leaves running keeps it open, and a
+    # pipe would then never reach its end (or, closed, kill that server on its next
+    # write). Unnamed: the output before scrubbing never has a path, and a crash leaves
+    # nothing of it behind.
+    with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen(
             command,
             shell=True,
@@ -114,10 +117,10 @@ def run_command(
             _stop(proc)
         except BaseException:  # Ctrl-C: stop the switch too, then let the scout say so
             _stop(proc)
-            _write_log(log, raw, command, None, time.monotonic() - started, scrub, title)
+            _write_log(log, out, command, None, time.monotonic() - started, scrub, title)
             raise
-    took = time.monotonic() - started
-    _write_log(log, raw, command, rc, took, scrub, title)
+        took = time.monotonic() - started
+        _write_log(log, out, command, rc, took, scrub, title)
     if rc is None:
         raise SwitchError(f"the switch command ran longer than its {took:.0f} s; see {log}")
     if rc != 0:
@@ -139,7 +142,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def _write_log(
     log: Path,
-    raw: Path,
+    raw: BinaryIO,
     command: str,
     rc: int | None,
     took_s: float,
@@ -148,10 +151,9 @@ def _write_log(
 ) -> None:
     """The switch's log: what ran, how it ended, its output — all scrubbed."""
     try:
-        size = raw.stat().st_size
-        with raw.open("rb") as f:
-            f.seek(max(0, size - MAX_LOG_BYTES))
-            output = f.read().decode("utf-8", "replace")
+        size = os.fstat(raw.fileno()).st_size
+        raw.seek(max(0, size - MAX_LOG_BYTES))
+        output = raw.read(MAX_LOG_BYTES).decode("utf-8", "replace")
     except OSError:
         size, output = 0, ""
     ended = "did not finish (stopped)" if rc is None else f"exited with {rc}"
@@ -164,8 +166,6 @@ def _write_log(
     if size > MAX_LOG_BYTES:
         head.append(f"# output: its last {MAX_LOG_BYTES:,} of {size:,} bytes")
     log.write_text(scrub("\n".join(head) + "\n" + output))
-    with contextlib.suppress(OSError):
-        raw.unlink()
 
 
 def _not_ready(client: httpx.Client, base: str, model: str) -> str | None:
