@@ -172,10 +172,11 @@ def _occupancy_words(load: LoadSummary, engines: list[EngineSummary]) -> str:
 def _temperature(config: Mapping[str, Any]) -> RecordCaveat | None:
     if config.get("temperature") is not None:
         return None
+    lengths = "" if config.get("ignore_eos") else ", and the output lengths followed from it"
     return _caveat(
         "temperature_server_default",
         "No temperature was sent: the server's default sampling applied (its value is not "
-        "in this record), and the output lengths followed from it.",
+        f"in this record){lengths}.",
     )
 
 

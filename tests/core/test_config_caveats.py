@@ -223,3 +223,12 @@ def test_natural_output_that_always_hit_the_cap_says_so() -> None:
     assert (
         "every answer reached the cap (mean 256.0 output tokens" in (words["output_length_natural"])
     )
+
+
+def test_the_server_default_temperature_blames_output_lengths_only_when_they_were_natural() -> None:
+    natural = _by_code(config_caveats(CONFIG, _load(), _identity(), RecordTelemetry(), None))
+    fixed = _by_code(
+        config_caveats(CONFIG | {"ignore_eos": True}, _load(), _identity(), RecordTelemetry(), None)
+    )
+    assert natural["temperature_server_default"].endswith("output lengths followed from it.")
+    assert "output lengths" not in fixed["temperature_server_default"]
