@@ -6,7 +6,7 @@
         --endpoint URL --model M --matrix "input=6000,25000 concurrency=1,4 reps=3 requests=4" \\
         [every run flag] [--order aba|ababa|random:K --seed N] [--min-gain 10%] \\
         [--min-wins N|all] [--allow-restoration-drift] [--switch-timeout 600] \\
-        [--arm-recipe ARM:KEY=VALUE] [--json]
+        [--arm-recipe ARM:KEY=VALUE] [--arm-server-cmd-file ARM:FILE] [--json]
 
 For every step of the order (:mod:`soak.cli.scout_plan`): switch the servers to the arm
 and wait until they serve the model (:mod:`soak.run.scout_switch`), check who they are
@@ -39,6 +39,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from soak.cli.scout_plan import ScoutPlan, ScoutPlanError, Step, build_plan
 from soak.cli.scout_result import (
     EXIT_ARM_FAILED,
@@ -54,6 +56,7 @@ from soak.cli.scout_result import (
 from soak.record.models import EXIT_USAGE, Identity, RunRecord, Status
 from soak.record.redact import Redactor
 from soak.run.config import ConfigError, RunConfig
+from soak.run.config_words import format_validation_error
 from soak.safe_text import safe_json, safe_line
 
 
@@ -122,6 +125,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="a recipe fact declared for one arm only (e.g. candidate:kv_cache_dtype=fp8)",
     )
     p.add_argument(
+        "--arm-server-cmd-file",
+        action="append",
+        default=[],
+        metavar="ARM:FILE",
+        help="one arm's exact launch command (attached scrubbed to its runs' identity, "
+        "instead of --server-cmd-file)",
+    )
+    p.add_argument(
         "--json", action="store_true", help="print scout.json (run progress goes to stderr)"
     )
     p.set_defaults(handler=cmd_scout)
@@ -139,11 +150,15 @@ def _arm_configs(
             "label": label,
             "out": scout_dir / f"{step.n}-{step.arm}",
             "recipe": base.recipe | plan.arm(step.arm).recipe,
+            "server_cmd_file": plan.arm(step.arm).server_cmd_file or base.server_cmd_file,
         }
         try:
             out[step.n] = RunConfig.model_validate(dumped | update)
-        except ValueError as e:
-            raise ConfigError(f"arm {step.arm}: {e}") from None
+        except ValidationError as e:  # the field, the value and what is allowed, in words
+            origins = {"server_cmd_file": "--arm-server-cmd-file / --server-cmd-file"}
+            raise ConfigError(
+                f"arm {step.arm}: {format_validation_error(e, origins=origins)}"
+            ) from None
     return out
 
 
@@ -175,6 +190,7 @@ def cmd_scout(ns: argparse.Namespace) -> int:
             min_gain=ns.min_gain,
             min_wins=ns.min_wins,
             arm_recipe=ns.arm_recipe,
+            arm_server_cmd_file=ns.arm_server_cmd_file,
             allow_restoration_drift=ns.allow_restoration_drift,
             switch_timeout_s=ns.switch_timeout,
         )

@@ -31,6 +31,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -68,6 +69,9 @@ class Arm(BaseModel):
     recipe: dict[str, str] = Field(default_factory=dict)
     """Facts declared for this arm only (``--arm-recipe ARM:KEY=VALUE``), over the run's
     ``--recipe``."""
+    server_cmd_file: Path | None = None
+    """This arm's launch command (``--arm-server-cmd-file ARM:FILE``), instead of the
+    run's ``--server-cmd-file``: attached to the arm's identity, scrubbed, and hashed."""
 
 
 class Step(BaseModel):
@@ -239,6 +243,28 @@ def parse_arm_recipe(items: Sequence[str], arms: Sequence[str]) -> dict[str, dic
     return out
 
 
+def parse_arm_files(items: Sequence[str], arms: Sequence[str]) -> dict[str, Path]:
+    """``["candidate:./cand.cmd"]`` → {arm: path} (each arm at most once)."""
+    out: dict[str, Path] = {}
+    for item in items:
+        arm, sep, path = item.partition(":")
+        arm = arm.strip()
+        if not sep or not path.strip():
+            raise ScoutPlanError(
+                f"--arm-server-cmd-file {_short(item)}: expected ARM:FILE "
+                "(e.g. candidate:./launch-candidate.sh)"
+            )
+        if arm not in arms:
+            raise ScoutPlanError(
+                f"--arm-server-cmd-file {_short(item)}: no arm named {_short(arm)} "
+                f"(the arms: {', '.join(arms)})"
+            )
+        if arm in out:
+            raise ScoutPlanError(f"--arm-server-cmd-file: arm {arm} is given twice")
+        out[arm] = Path(path.strip())
+    return out
+
+
 def build_plan(
     arms: Sequence[str] | None,
     *,
@@ -247,6 +273,7 @@ def build_plan(
     min_gain: float = 0.10,
     min_wins: int | None = 1,
     arm_recipe: Sequence[str] = (),
+    arm_server_cmd_file: Sequence[str] = (),
     allow_restoration_drift: bool = False,
     switch_timeout_s: float = DEFAULT_SWITCH_TIMEOUT_S,
 ) -> ScoutPlan:
@@ -267,10 +294,15 @@ def build_plan(
             f"--switch-timeout {switch_timeout_s:g}: allowed from more than 0 to 86400 seconds"
         )
     recipes = parse_arm_recipe(arm_recipe, [a_name, b_name])
+    files = parse_arm_files(arm_server_cmd_file, [a_name, b_name])
     letters = parse_order(order, seed)
     return ScoutPlan(
-        original=Arm(name=a_name, command=a_cmd, recipe=recipes[a_name]),
-        candidate=Arm(name=b_name, command=b_cmd, recipe=recipes[b_name]),
+        original=Arm(
+            name=a_name, command=a_cmd, recipe=recipes[a_name], server_cmd_file=files.get(a_name)
+        ),
+        candidate=Arm(
+            name=b_name, command=b_cmd, recipe=recipes[b_name], server_cmd_file=files.get(b_name)
+        ),
         order=letters,
         order_asked=order,
         seed=seed,

@@ -111,6 +111,42 @@ def test_arm_recipes_belong_to_one_arm_and_are_checked():
         assert str(e.value).startswith(f"--arm-recipe {item!r}") and words in str(e.value)
 
 
+def test_an_arm_may_attach_its_own_launch_command(tmp_path):
+    """``--arm-server-cmd-file ARM:FILE``: that arm's runs attach its command (the other
+    arm keeps ``--server-cmd-file``); a bad item names the flag, a missing file the arm."""
+    from soak.cli.scout import _arm_configs
+    from soak.run.config import RunConfig
+
+    cand, orig = tmp_path / "cand.sh", tmp_path / "orig.sh"
+    cand.write_text("vllm serve m --max-num-seqs 64\n")
+    orig.write_text("vllm serve m --max-num-seqs 32\n")
+    plan = build_plan(ARMS, arm_server_cmd_file=[f"candidate:{cand}"])
+    assert plan.candidate.server_cmd_file == cand and plan.original.server_cmd_file is None
+    base = RunConfig.model_validate(
+        {
+            "endpoints": ["http://127.0.0.1:1"],
+            "model": "m",
+            "matrix": "input=64 concurrency=1 reps=3 requests=4",
+            "server_cmd_file": orig,
+        }
+    )
+    configs = _arm_configs(base, plan, False, tmp_path / "scout")
+    assert [c.server_cmd_file for c in configs.values()] == [orig, cand, orig]
+    for item, words in [
+        ("nobody:/x", "no arm named 'nobody'"),
+        ("candidate", "expected ARM:FILE"),
+    ]:
+        with pytest.raises(ScoutPlanError, match=words):
+            build_plan(ARMS, arm_server_cmd_file=[item])
+    with pytest.raises(ScoutPlanError, match="given twice"):
+        build_plan(ARMS, arm_server_cmd_file=[f"candidate:{cand}", f"candidate:{orig}"])
+    missing = build_plan(ARMS, arm_server_cmd_file=[f"candidate:{tmp_path / 'gone.sh'}"])
+    with pytest.raises(
+        ValueError, match=r"arm candidate: .*server_cmd_file.*gone\.sh.*does not exist"
+    ):
+        _arm_configs(base, missing, False, tmp_path / "scout")
+
+
 def test_the_cli_refuses_a_bad_scout_before_anything_runs(tmp_path, capsys):
     base = ["scout", "--endpoint", "http://127.0.0.1:1", "--model", "m", "--out", str(tmp_path)]
     matrix = ["--matrix", "input=64 concurrency=1,2 reps=3 requests=4"]
