@@ -113,6 +113,10 @@ class RequestResult:
     """The sanity flags of a completed response (``loadgen.sanity.SanityFlag`` values;
     empty: nothing wrong, or the checks were off). Set at the stream's end, for ``ok``
     results only."""
+    intended_ns: int | None = None
+    """Open loop only: when the schedule meant the request to be sent (``loadgen.arrivals``,
+    same clock as ``sent_ns``); ``sent_ns`` − this is the client's lateness. ``None``: the
+    closed loop, where a request is sent when its worker is free."""
 
     @property
     def ok(self) -> bool:
