@@ -36,6 +36,11 @@ def _recipe_item(text: str) -> tuple[str, str]:
 # CLI flag → RunConfig field, for the flags shared by `run` and `demo`.
 _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--concurrency": {"type": int, "dest": "concurrency"},
+    "--arrival": {"dest": "arrival", "choices": ["closed", "constant", "poisson", "gamma"]},
+    "--rate": {"type": float, "dest": "rate", "metavar": "R"},
+    "--burstiness": {"type": float, "dest": "burstiness", "metavar": "CV"},
+    "--max-in-flight": {"type": int, "dest": "max_in_flight", "metavar": "N"},
+    "--arrival-seed": {"type": int, "dest": "arrival_seed", "metavar": "N"},
     "--duration": {"type": float, "dest": "duration_s", "metavar": "S"},
     "--max-requests": {"type": int, "dest": "max_requests"},
     "--max-tokens": {"type": int, "dest": "max_tokens"},

@@ -64,6 +64,18 @@ class RunConfig(BaseModel):
     """Which streaming API the load uses: /v1/chat/completions or /v1/completions."""
     concurrency: int = Field(32, ge=1, le=100_000)
     """Closed-loop workers: each sends its next request when its last one ends."""
+    arrival: Literal["closed", "constant", "poisson", "gamma"] = "closed"
+    """closed (concurrency workers) or an open-loop schedule at rate: constant, poisson, or
+    gamma (bursty, with burstiness); see soak.run.config_arrival."""
+    rate: float | None = Field(None, gt=0, le=100_000)
+    """Open loop: requests per second the schedule offers (required there)."""
+    burstiness: float | None = Field(None, gt=0, le=100)
+    """Open loop, gamma only: coefficient of variation of the gaps (1 Poisson, 3 bursty)."""
+    max_in_flight: int | None = Field(None, ge=1, le=100_000)
+    """Open loop: most requests in flight; an arrival past it waits, counted (default
+    4 × rate × 60 s, 64 to 10,000)."""
+    arrival_seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    """Open loop: seed of the arrival schedule (default: pool_seed)."""
     duration_s: float | None = Field(60.0, gt=0, le=LONGEST_S)
     """Issue window in seconds (the drain comes after it)."""
     max_requests: int | None = Field(None, ge=1, le=1_000_000_000)
@@ -413,6 +425,14 @@ class RunConfig(BaseModel):
             return parse_matrix(v).text()
         except MatrixError as e:
             raise ValueError(str(e).removeprefix("matrix: ")) from None
+
+    @model_validator(mode="after")
+    def _check_arrival(self) -> RunConfig:
+        from soak.run.config_arrival import arrival_problem
+
+        if (why := arrival_problem(self)) is not None:
+            raise ValueError(why)
+        return self
 
     @model_validator(mode="after")
     def _check_combinations(self) -> RunConfig:

@@ -122,7 +122,8 @@ class SnapshotTick:
         live = self.parts.live
         cum = live.cumulative(load_elapsed)
         gen_plan = gen.plan if gen is not None else None
-        requested = gen_plan.concurrency if cfg.matrix and gen_plan else cfg.concurrency
+        per_plan = cfg.matrix or cfg.arrival != "closed"  # open loop: warmed connections
+        requested = gen_plan.concurrency if per_plan and gen_plan else cfg.concurrency
         return LoadView(
             requested_concurrency=requested,
             workers_started=gs.workers_started,
@@ -146,7 +147,9 @@ class SnapshotTick:
             measuring=st.phase in ("load", "drain", "matrix"),
             issuing=st.phase == "load" and not st.paused,
             in_flight=load.in_flight,
-            workers=load.workers_started,
+            # Open loop: fewer in flight than connections warmed is the schedule's gaps,
+            # not a client falling behind (its own check is the lateness).
+            workers=load.workers_started if st.config.arrival == "closed" else 0,
             backoffs=gs.backoffs if gs else 0,
         )
         lag = self.parts.lag.take_interval(keep=st.phase in ("load", "drain"))

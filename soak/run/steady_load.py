@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 import time
 
+from loadgen.arrivals import arrival_offsets
 from loadgen.client import StreamClient
-from loadgen.prompts import BodyBuilder
+from loadgen.open_loop import WARM_CONNECTIONS_MAX, OpenLoopGenerator
+from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.workers import LoadGenerator, LoadPlan
 from probes.host import raise_fd_limit
 from soak.record.summary import LoadTiming
+from soak.run.config import RunConfig
+from soak.run.config_arrival import default_max_in_flight
 from soak.run.request_sink import RequestSink
 from soak.run.snapshots import now_iso
 from soak.run.state import RunParts, RunState
@@ -42,7 +46,10 @@ class SteadyLoad:
         st, cfg = self.parts.state, self.parts.state.config
         plan = LoadPlan(
             endpoints=tuple(cfg.endpoints),
-            concurrency=cfg.concurrency,
+            # Open loop: the connections warmed behind the barrier, not workers.
+            concurrency=cfg.concurrency
+            if (cap := in_flight_cap(cfg)) is None
+            else min(cap, WARM_CONNECTIONS_MAX),
             duration_s=cfg.duration_s,
             max_requests=cfg.max_requests,
             drain_timeout_s=cfg.drain_timeout_s,
@@ -64,20 +71,23 @@ class SteadyLoad:
         """Barrier, load and drain; the generator stays in the state for the record."""
         st, cfg = self.parts.state, self.parts.state.config
         assert st.pool is not None
-        before, after = raise_fd_limit(cfg.concurrency + 256)
+        cap = in_flight_cap(cfg)
+        sockets = cfg.concurrency if cap is None else cap
+        before, after = raise_fd_limit(sockets + 256)
         if after > before:
             st.events.emit("warning", f"raised the open-files limit {before} → {after}")
-        st.enter("barrier", f"starting {cfg.concurrency} workers")
         plan, bodies = self._plan()
+        what = "workers" if cap is None else "warm connections"
+        st.enter("barrier", f"starting {plan.concurrency} {what}")
         async with StreamClient(
-            max_connections=cfg.concurrency + 16,
+            max_connections=sockets + 16,
             connect_timeout_s=cfg.connect_timeout_s,
             read_timeout_s=cfg.read_timeout_s,
             headers=self.headers,
             sanity_checks=cfg.sanity_checks,
             ignore_eos=cfg.ignore_eos,
         ) as client:
-            gen = LoadGenerator(plan, client, st.pool, bodies, self.sink.on_result)
+            gen = make_generator(cfg, plan, client, st.pool, bodies, self.sink)
             gen.on_issue_end = self._on_issue_end
             st.gen = gen
             t_barrier = time.perf_counter_ns()
@@ -86,10 +96,10 @@ class SteadyLoad:
             wait_s = st.barrier_wait_s = (time.perf_counter_ns() - t_barrier) / 1e9
             st.events.emit(
                 "barrier",
-                f"{gs.workers_started}/{cfg.concurrency} workers started in {wait_s:.2f} s",
+                f"{gs.workers_started}/{plan.concurrency} {what} started in {wait_s:.2f} s",
                 "info" if all_started else "error",
                 workers_started=gs.workers_started,
-                requested=cfg.concurrency,
+                requested=plan.concurrency,
                 failures={st.redactor.text(k): n for k, n in gs.start_failures.items()},
             )
             if all_started and st.stop_asked is None:
@@ -97,7 +107,7 @@ class SteadyLoad:
             else:
                 await gen.cancel_unstarted()
 
-    async def _released(self, gen: LoadGenerator) -> None:
+    async def _released(self, gen: LoadGenerator) -> None:  # or its open-loop subclass
         """From the barrier's release to the end of the drain."""
         p, st, cfg = self.parts, self.parts.state, self.parts.state.config
         engines = p.watchers.engines
@@ -106,7 +116,8 @@ class SteadyLoad:
             st.counters_before = await engines.scrape_all()
             engines.tracking = True
         p.lag.take_interval(keep=False)  # barrier start-up lag is not load lag
-        st.enter("load", f"barrier released: issuing for {cfg.duration_s} s")
+        pace = "" if cfg.rate is None else f" at {cfg.rate:g} req/s ({cfg.arrival})"
+        st.enter("load", f"barrier released: issuing for {cfg.duration_s} s{pace}")
         p.window.open(st.now_s())
         canary: asyncio.Task[None] | None = None
         if p.gates is not None and cfg.canary_interval_s:
@@ -139,6 +150,34 @@ class SteadyLoad:
         self.parts.state.enter("drain", "issue window closed; draining")
 
 
+def in_flight_cap(cfg: RunConfig) -> int | None:
+    """The open loop's cap on requests in flight (None: the closed loop)."""
+    if cfg.arrival == "closed" or cfg.rate is None:
+        return None
+    return cfg.max_in_flight if cfg.max_in_flight is not None else default_max_in_flight(cfg.rate)
+
+
+def arrival_seed(cfg: RunConfig) -> int:
+    """The schedule's seed: ``arrival_seed``, else the pool's (one seed, one run)."""
+    return cfg.arrival_seed if cfg.arrival_seed is not None else cfg.pool_seed
+
+
+def make_generator(
+    cfg: RunConfig,
+    plan: LoadPlan,
+    client: StreamClient,
+    pool: PromptPool,
+    bodies: BodyBuilder,
+    sink: RequestSink,
+) -> LoadGenerator:
+    """The closed loop's workers, or the open loop's scheduler (same interface)."""
+    cap = in_flight_cap(cfg)
+    if cfg.arrival == "closed" or cfg.rate is None or cap is None:
+        return LoadGenerator(plan, client, pool, bodies, sink.on_result)
+    offsets = arrival_offsets(cfg.arrival, cfg.rate, cfg.burstiness, arrival_seed(cfg))
+    return OpenLoopGenerator(plan, client, pool, bodies, sink.on_result, offsets, cap)
+
+
 def load_timing(st: RunState) -> LoadTiming | None:
     """The load's timing from the generator's state (None if no worker was started,
     and for the matrix profile, whose figures are per cell and repetition)."""
@@ -150,15 +189,18 @@ def load_timing(st: RunState) -> LoadTiming | None:
     def rel(ns: int | None) -> float | None:
         return None if ns is None else (ns - st.origin_ns) / 1e9
 
+    open_loop = isinstance(st.gen, OpenLoopGenerator)
+    end = rel(gs.issue_ended_ns)
+    start = judged_start_s(st, rel(gs.barrier_released_ns), end)
     return LoadTiming(
-        requested_concurrency=st.config.concurrency,
+        requested_concurrency=st.gen.plan.concurrency,
         workers_started=gs.workers_started,
         barrier_released=gs.barrier_released_ns is not None,
         worker_start_failures={scrub(k): n for k, n in gs.start_failures.items()},
         barrier_released_at=st.released_at,
         barrier_wait_s=st.barrier_wait_s,
-        issue_start_s=judged_start_s(st, rel(gs.barrier_released_ns), rel(gs.issue_ended_ns)),
-        issue_end_s=rel(gs.issue_ended_ns),
+        issue_start_s=start,
+        issue_end_s=end,
         drain_end_s=rel(gs.drain_ended_ns),
         issued=gs.issued - (st.warmup.journaled if st.warmup is not None else 0),
         stop_reason=gs.stop_reason,
@@ -166,7 +208,32 @@ def load_timing(st: RunState) -> LoadTiming | None:
         backoffs=gs.backoffs,
         worker_errors={scrub(k): n for k, n in gs.worker_errors.items()},
         sanity_checked=st.config.sanity_checks,
+        offered_rate=offered_rate(st.config, rel(gs.barrier_released_ns), start, end)
+        if open_loop
+        else None,
+        held_by_cap=getattr(gs, "held_by_cap", 0),
     )
+
+
+def offered_rate(
+    cfg: RunConfig, released_s: float | None, start_s: float | None, end_s: float | None
+) -> float | None:
+    """What the schedule offered in the judged window, requests/s: its arrivals there
+    (the same seeded schedule, drawn again) ÷ the window. Not ``--rate`` itself: a Poisson
+    count over a short window strays from its mean by chance, and the client is judged
+    against the schedule it was given, not against the mean of all schedules."""
+    if released_s is None or start_s is None or end_s is None or end_s <= start_s:
+        return None
+    if cfg.arrival == "closed" or cfg.rate is None:
+        return None
+    seed = arrival_seed(cfg)
+    lo, hi = start_s - released_s, end_s - released_s
+    count = 0
+    for offset in arrival_offsets(cfg.arrival, cfg.rate, cfg.burstiness, seed):
+        if offset >= hi:
+            break
+        count += offset >= lo
+    return count / (end_s - start_s)
 
 
 def judged_start_s(
