@@ -45,12 +45,7 @@ def config_caveats(
         return []
     found = [
         _prompt_pool(load, identity),
-        _caveat(
-            "closed_loop",
-            f"{load.workers_started:,} closed-loop workers: each sends its next request when "
-            "its last one ends — a concurrency level, not an arrival distribution; latency "
-            "under bursts is not measured.",
-        ),
+        _loop_caveat(config, load),
         _drain(load),
         _caveat(
             "one_run",
@@ -67,6 +62,23 @@ def config_caveats(
 
 def _caveat(code: str, message: str) -> RecordCaveat:
     return RecordCaveat(code=code, message=message)
+
+
+def _loop_caveat(config: Mapping[str, Any], load: LoadSummary) -> RecordCaveat:
+    """Closed loop: a concurrency level. Open loop: a schedule, one seeded draw of it."""
+    if load.offered_rate is None:
+        return _caveat(
+            "closed_loop",
+            f"{load.workers_started:,} closed-loop workers: each sends its next request when "
+            "its last one ends — a concurrency level, not an arrival distribution; latency "
+            "under bursts is not measured.",
+        )
+    return _caveat(
+        "open_loop",
+        f"Open-loop {config.get('arrival')} arrivals at {config.get('rate')} req/s (one "
+        "seeded schedule): latency from the intended send is in ttft_from_intended_s and "
+        "e2e_from_intended_s; a fixed prompt pool, not a production request mix.",
+    )
 
 
 def _prompt_pool(load: LoadSummary, identity: Identity | None) -> RecordCaveat | None:
@@ -148,10 +160,12 @@ def _engine_words(e: EngineSummary) -> str:
 
 def _occupancy_words(load: LoadSummary, engines: list[EngineSummary]) -> str:
     """Client concurrency beside what each engine's ``/metrics`` said it ran."""
-    head = (
-        f"Client concurrency {load.requested_concurrency:,} and the engines' sampled "
-        "occupancy are separate measurements"
+    client = (
+        f"Client concurrency {load.requested_concurrency:,}"
+        if load.offered_rate is None
+        else f"An open-loop client at {load.offered_rate:,.1f} req/s"  # no worker count
     )
+    head = f"{client} and the engines' sampled occupancy are separate measurements"
     if not engines:
         return (
             f"{head}: no engine occupancy was sampled (no engine metrics in this record), "

@@ -17,6 +17,7 @@ from soak.judge.facts import Judgement, RunFacts
 from soak.judge.faults import fault_reasons, gpu_fault_reasons, restart_reasons
 from soak.judge.load_reasons import load_reasons
 from soak.judge.matrix import matrix_reasons
+from soak.judge.rate_reasons import rate_reasons
 from soak.judge.reconcile import reconcile_reasons
 from soak.judge.sanity import sanity_reasons
 from soak.judge.soak_policy import defaults_applied, policy_states
@@ -49,6 +50,7 @@ def judge(f: RunFacts) -> Judgement:
         reasons.append(Reason(code="aborted", effect="aborted", message=f.aborted))
     reasons += (
         load_reasons(f.load, f.max_failures, f.aborted is not None)
+        + rate_reasons(f.load)
         + sanity_reasons(f.load, f.max_sanity_share)
         + gate_reasons(f)
         + _health_reasons(f)

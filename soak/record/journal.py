@@ -325,4 +325,6 @@ def request_line(r: RequestResult, origin_ns: int, phase: str = "load") -> bytes
     }
     if r.sanity:  # only a flagged response: most lines stay as they were
         line["sanity"] = r.sanity
+    if r.intended_ns is not None:  # open loop only: the schedule's time for this request
+        line["intended_s"] = _rel_s(r.intended_ns, origin_ns)
     return orjson.dumps(line)

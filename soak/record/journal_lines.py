@@ -67,7 +67,7 @@ class RequestLine(JournalLine, AbsentUnlessSet):
     from ``sent`` (``ttfb_s``, ``ttft_s``, ``first_content_s``, ``e2e_s``). ``None``: it
     did not happen, or the server did not say (never 0)."""
 
-    absent_unless_set = frozenset({"sanity"})
+    absent_unless_set = frozenset({"sanity", "intended_s"})
 
     id: str
     phase: str
@@ -98,6 +98,10 @@ class RequestLine(JournalLine, AbsentUnlessSet):
     sanity: list[str] = Field(default_factory=list)
     """The sanity flags of a completed response (``loadgen.sanity.SanityFlag``); written
     only when there is one."""
+    intended_s: float | None = None
+    """Open loop only (``--arrival constant|poisson|gamma``): when the schedule meant the
+    request to be sent, on the clock of ``sent_s``; ``sent_s`` − ``intended_s`` is the
+    client's lateness. Absent from closed-loop lines."""
 
 
 # --- events.jsonl: the data of the kinds recover and verify read ----------------------------

@@ -173,16 +173,28 @@ class Identity(AbsentUnlessSet):
     is each endpoint's ``recipe``: ``soak.record.recipe.recipe_facts`` joins them."""
 
 
+OPEN_LOOP_FIELDS = (
+    "offered_rate",
+    "achieved_rate",
+    "lateness_s",
+    "ttft_from_intended_s",
+    "e2e_from_intended_s",
+    "held_by_cap",
+)
+"""The load summary's open-loop figures (``--arrival constant|poisson|gamma`` only)."""
+
+
 class LoadSummary(AbsentUnlessSet):
     """The load phase: recomputable from ``requests.jsonl`` plus the timing fields."""
 
     model_config = ConfigDict(extra="forbid")
 
     absent_unless_set: ClassVar[frozenset[str]] = frozenset(
-        {"sanity_checked", "sanity_by_flag", "sanity_flagged"}
+        {"sanity_checked", "sanity_by_flag", "sanity_flagged", *OPEN_LOOP_FIELDS}
     )
     """Written only by a load that checked its responses (schema 1.2, not ``--no-sanity``):
-    an older record, or an unchecked run, reads as ``sanity_checked`` False."""
+    an older record, or an unchecked run, reads as ``sanity_checked`` False. The open-loop
+    figures (schema 1.3) only by an open-loop load: a closed loop has no schedule."""
 
     requested_concurrency: int
     workers_started: int
@@ -260,6 +272,20 @@ class LoadSummary(AbsentUnlessSet):
     """Time to the first visible content (differs from TTFT for reasoning models)."""
     input_tokens_mean: float | None = None
     """Actual input tokens per request (server usage), beside the pool's nominal figure."""
+    offered_rate: float | None = None
+    """Open loop: the schedule's arrivals in the judged window ÷ ``issue_s`` (``--rate``
+    is its mean; a Poisson count strays from it by chance)."""
+    achieved_rate: float | None = None
+    """Open loop: requests sent in the issue window ÷ ``issue_s``."""
+    lateness_s: LatencyStats = Field(default_factory=LatencyStats)
+    """Open loop: actual send − intended send (the client's, or the cap's, lateness)."""
+    ttft_from_intended_s: LatencyStats = Field(default_factory=LatencyStats)
+    """Open loop: intended send → first token, lateness included (no coordinated
+    omission: a request the client sent late still counts from when it was due)."""
+    e2e_from_intended_s: LatencyStats = Field(default_factory=LatencyStats)
+    """Open loop: intended send → stream end."""
+    held_by_cap: int | None = None
+    """Open loop: arrivals that found ``max_in_flight`` requests in flight and waited."""
 
 
 class ClientHealth(BaseModel):

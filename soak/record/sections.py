@@ -32,7 +32,8 @@ class RecordCaveat(Section):
     """One of the record's ``caveats``: a limit on what the run shows (schema 1.3)."""
 
     code: str
-    """Stable machine name: ``prompt_pool_cycled``, ``closed_loop``, ``drain_in_denominator``,
+    """Stable machine name: ``prompt_pool_cycled``, ``closed_loop`` / ``open_loop``,
+    ``drain_in_denominator``,
     ``one_run``, ``output_length_natural`` / ``output_length_fixed``,
     ``concurrency_not_occupancy``, ``temperature_server_default``, ``warmup_excluded``,
     ``matrix_scout`` (``soak.judge.config_caveats``)."""

@@ -40,6 +40,10 @@ class LoadTiming:
     worker_errors: dict[str, int] = field(default_factory=dict)
     sanity_checked: bool = False
     """The client checked every completed response (``RunConfig.sanity_checks``)."""
+    offered_rate: float | None = None
+    """Open loop: the schedule's rate, requests/s (None: the closed loop)."""
+    held_by_cap: int = 0
+    """Open loop: arrivals that waited for a slot under ``max_in_flight``."""
 
     @classmethod
     def from_summary(cls, s: LoadSummary) -> LoadTiming:
@@ -65,6 +69,8 @@ class LoadTiming:
             backoffs=s.backoffs,
             worker_errors=dict(s.worker_errors),
             sanity_checked=s.sanity_checked,
+            offered_rate=s.offered_rate,
+            held_by_cap=s.held_by_cap or 0,
         )
 
 
@@ -79,8 +85,14 @@ def summarize_load(
     visit: Callable[[dict[str, Any]], None] | None = None,
 ) -> LoadSummary:
     """Counts, tokens, throughput and exact latency percentiles from the journal.
-    ``visit`` sees every load line too, so other figures need no second read."""
-    return _summary(_tally(requests_path, timing.issue_end_s, visit), timing, method)
+    ``visit`` sees every load line too, so other figures need no second read. An
+    open-loop load's lines are also measured from their intended send (a closed loop's
+    pass is as it was: no extra call per line)."""
+    if timing.offered_rate is None:
+        return _summary(_tally(requests_path, timing.issue_end_s, visit), timing, method)
+    sched = _ScheduleTally()
+    tally = _tally(requests_path, timing.issue_end_s, sched.chain(visit))
+    return _summary(tally, timing, method, sched)
 
 
 @dataclass
@@ -111,6 +123,41 @@ class _Tally:
     lat: dict[str, list[float]]
     """ttft, e2e, tpot, ttfb and fc (first content) samples, seconds."""
     itl: list[np.ndarray]
+
+
+@dataclass
+class _ScheduleTally:
+    """Open loop: the load lines measured from their intended send (``intended_s``)."""
+
+    late: list[float] = field(default_factory=list)
+    """sent − intended of every judged request."""
+    ttft: list[float] = field(default_factory=list)
+    """intended → first token of every completed one (lateness included)."""
+    e2e: list[float] = field(default_factory=list)
+
+    def chain(
+        self, visit: Callable[[dict[str, Any]], None] | None
+    ) -> Callable[[dict[str, Any]], None]:
+        """A visitor of the load lines that tallies them, then calls ``visit``."""
+
+        def both(line: dict[str, Any]) -> None:
+            self.add(line)
+            if visit is not None:
+                visit(line)
+
+        return both
+
+    def add(self, line: dict[str, Any]) -> None:
+        """One load line (a line without ``intended_s`` is not scheduled: skipped)."""
+        if (intended := line.get("intended_s")) is None:
+            return
+        late = line["sent_s"] - intended
+        self.late.append(late)
+        if line.get("ok"):  # from the schedule's time: what a user arriving then saw
+            if (ttft := line.get("ttft_s")) is not None:
+                self.ttft.append(ttft + late)
+            if (e2e := line.get("e2e_s")) is not None:
+                self.e2e.append(e2e + late)
 
 
 def _tally(
@@ -202,7 +249,26 @@ def _sanity_counts(t: _Tally, timing: LoadTiming) -> dict[str, Any]:
     return {"sanity_checked": True, "sanity_by_flag": by_flag, "sanity_flagged": t.flagged}
 
 
-def _summary(t: _Tally, timing: LoadTiming, method: PercentileMethod) -> LoadSummary:
+def _open_loop_figures(
+    sched: _ScheduleTally | None, timing: LoadTiming, issue_s: float | None, m: PercentileMethod
+) -> dict[str, Any]:
+    """The schedule-relative figures, only for an open-loop load (else absent)."""
+    if sched is None or timing.offered_rate is None:
+        return {}
+    return {
+        "offered_rate": timing.offered_rate,
+        # Every judged request is sent inside the issue window: its lines are the starts.
+        "achieved_rate": len(sched.late) / issue_s if issue_s else None,
+        "lateness_s": summarize(sched.late, m),
+        "ttft_from_intended_s": summarize(sched.ttft, m),
+        "e2e_from_intended_s": summarize(sched.e2e, m),
+        "held_by_cap": timing.held_by_cap,
+    }
+
+
+def _summary(
+    t: _Tally, timing: LoadTiming, method: PercentileMethod, sched: _ScheduleTally | None = None
+) -> LoadSummary:
     """The load summary of one tally and the timing the journal cannot tell."""
     issue_s = _span(timing.issue_start_s, timing.issue_end_s)
     drain_s = _span(timing.issue_end_s, timing.drain_end_s)
@@ -237,6 +303,7 @@ def _summary(t: _Tally, timing: LoadTiming, method: PercentileMethod) -> LoadSum
         empty_answers=t.empty_answers,
         stale_connection_retries=t.stale_retries,
         **_sanity_counts(t, timing),
+        **_open_loop_figures(sched, timing, issue_s, method),
         output_tokens_per_s=t.output_tokens / elapsed if elapsed else None,
         output_tokens_per_s_issue_window=t.window_tokens / issue_s if issue_s else None,
         requests_per_s=t.completed / elapsed if elapsed else None,
