@@ -142,9 +142,14 @@ def configuration(view: RunView) -> dict[str, Any]:
     ident, load = rec.identity, rec.load
     eps = ident.endpoints if ident is not None else []
     mem = [memory_target(e.cache_config) for e in eps]
+    arrival = config_value(rec, "arrival")
+    open_loop = arrival not in (None, "closed")  # a rate, not a concurrency
     return {
-        "concurrency": config_value(rec, "concurrency")
+        "concurrency": None
+        if open_loop
+        else config_value(rec, "concurrency")
         or (load.requested_concurrency if load is not None else None),
+        **({"arrival": f"{arrival} {config_value(rec, 'rate')} req/s"} if open_loop else {}),
         "replicas": len(eps) or len(config_value(rec, "endpoints") or []) or None,
         "token_slots": [e.token_slots for e in eps if e.token_slots is not None],
         "gpu_memory_utilization": sorted({str(m) for m in mem if m not in (None, "None")}),
@@ -157,6 +162,8 @@ def _config_text(conf: dict[str, Any]) -> str:
     parts = []
     if conf["concurrency"] is not None:
         parts.append(f"concurrency {conf['concurrency']}")
+    if conf.get("arrival"):
+        parts.append(conf["arrival"])
     if conf["replicas"]:
         parts.append(f"{conf['replicas']} replica{'s' if conf['replicas'] != 1 else ''}")
     if slots := sorted(set(conf["token_slots"])):
@@ -263,7 +270,26 @@ def _figure_rows(views: list[RunView], figs: list[dict[str, Any]]) -> list[list[
         )
     if any(has_timeline(v.record, v.fields) for v in views):  # a 1.2 record: its timeline
         rows.append(["Drift first → last", *(_flag(v, drift_cell(v.record)) for v in views)])
-    return rows
+    return rows + _open_loop_rows(views)
+
+
+def _open_loop_rows(views: list[RunView]) -> list[list[str]]:
+    """Offered vs achieved rate and lateness, only when a run is open loop (a closed-loop
+    comparison keeps its table as it was)."""
+    loads = [v.record.load if v.record is not None else None for v in views]
+    if not any(ld is not None and ld.offered_rate is not None for ld in loads):
+        return []
+    rate, late = ["Offered → achieved req/s"], ["P99 lateness (sent − intended)"]
+    for v, ld in zip(views, loads, strict=True):
+        if ld is None or ld.offered_rate is None:
+            rate.append("closed loop")
+            late.append("—")
+            continue
+        got = "—" if ld.achieved_rate is None else f"{ld.achieved_rate:,.1f}"
+        rate.append(_flag(v, f"{ld.offered_rate:,.1f} → {got}"))
+        p99 = ld.lateness_s.p99
+        late.append(_flag(v, "—" if p99 is None else f"{p99 * 1e3:.1f} ms"))
+    return [rate, late]
 
 
 def _gate_rows(views: list[RunView], gates: list[dict[str, dict[str, str]]]) -> list[list[str]]:

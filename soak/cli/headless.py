@@ -143,6 +143,14 @@ def final_report(rec: RunRecord, run_dir: Path) -> str:
             f"P99 TTFT {_f(ld.ttft_s.p99)} s{figure_flag(status)}, "
             f"P99 E2E {_f(ld.e2e_s.p99)} s{figure_flag(status)} ({ld.ttft_s.method})"
         )
+        if ld.offered_rate is not None:  # open loop: did the client hold the schedule?
+            late = ld.lateness_s.p99
+            out.append(
+                f"  open loop: offered {_f(ld.offered_rate, '{:.1f}')} req/s, achieved "
+                f"{_f(ld.achieved_rate, '{:.1f}')} req/s, lateness p99 "
+                f"{_f(None if late is None else late * 1e3, '{:.1f}')} ms, held by cap "
+                f"{ld.held_by_cap or 0}, P99 TTFT from intended {_f(ld.ttft_from_intended_s.p99)} s"
+            )
     if rec.matrix is not None:
         out.append("  matrix cell      done  median E2E  p50 (nearest)  TTFT content  input tok")
         for c in rec.matrix.cells:
