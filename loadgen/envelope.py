@@ -117,6 +117,11 @@ class RequestResult:
     """Open loop only: when the schedule meant the request to be sent (``loadgen.arrivals``,
     same clock as ``sent_ns``); ``sent_ns`` − this is the client's lateness. ``None``: the
     closed loop, where a request is sent when its worker is free."""
+    workload_class: str | None = None
+    """The workload class of a mixed load (``--mix``: ``loadgen.mix``); None outside a mix."""
+    step: int | None = None
+    """The load step the request was sent in (0-based: a ``--stages`` stage, a ``--sweep``
+    step, a live change of rate or concurrency); None for a load without steps."""
 
     @property
     def ok(self) -> bool:

@@ -27,6 +27,7 @@ from typing import Any
 
 from loadgen.envelope import RequestResult
 from loadgen.prompts import BodyBuilder, PromptPool
+from loadgen.request_source import RequestSource
 from loadgen.workers import LoadGenerator, LoadPlan, LoadState, StreamingClient
 
 WARM_CONNECTIONS_MAX = 64
@@ -63,8 +64,9 @@ class OpenLoopGenerator(LoadGenerator):
         offsets: Iterator[float],
         max_in_flight: int,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
+        source: RequestSource | None = None,
     ) -> None:
-        super().__init__(plan, client, pool, bodies, on_result, clock_ns)
+        super().__init__(plan, client, pool, bodies, on_result, clock_ns, source)
         self.state: OpenLoopState = OpenLoopState(requested=plan.concurrency)
         self._offsets = offsets
         self.max_in_flight = max_in_flight
@@ -132,7 +134,7 @@ class OpenLoopGenerator(LoadGenerator):
         start_ns = self.state.barrier_released_ns
         window_s = self.plan.duration_s
         end_ns = None if window_s is None else start_ns + int(window_s * 1e9)
-        for offset in self._offsets:
+        for arrival, offset in enumerate(self._offsets):
             intended_ns = start_ns + int(offset * 1e9)
             if end_ns is not None and intended_ns >= end_ns:
                 return
@@ -148,7 +150,7 @@ class OpenLoopGenerator(LoadGenerator):
             if (seq := self._next_seq()) is None:
                 self._slots.release()
                 return
-            task = asyncio.create_task(self._send(seq, intended_ns))
+            task = asyncio.create_task(self._send(seq, arrival, intended_ns))
             self._requests.add(task)
             task.add_done_callback(self._requests.discard)
 
@@ -174,25 +176,27 @@ class OpenLoopGenerator(LoadGenerator):
             # ~0.5 ms late on purpose costs nothing measurable (the bound is 50 ms).
             await asyncio.sleep(min(left_ns, 250_000_000) / 1e9 + 0.0005)
 
-    async def _send(self, seq: int, intended_ns: int) -> None:
-        """One request; its slot is given back when it ends, however it ends."""
+    async def _send(self, seq: int, arrival: int, intended_ns: int) -> None:
+        """One request (the source's ``arrival``-th); its slot is given back when it
+        ends, however it ends."""
         index = seq % len(self.plan.endpoints)
-        url = self.plan.endpoints[index] + self._bodies.path
-        prompt = self._pool.pick(seq)
-        body = self._bodies.build(self._pool.text_for(seq, prompt))
+        req = self.source.request(arrival)
+        url = self.plan.endpoints[index] + req.path
         result = RequestResult(
             request_id=f"{self.plan.request_id_prefix}/{seq}",
             worker=index,
-            prompt_id=prompt.id,
+            prompt_id=req.prompt_id,
             sent_ns=self._clock_ns(),  # the client resets it just before the POST
-            max_tokens=self._bodies.output_limit,
+            max_tokens=req.max_tokens,
             intended_ns=intended_ns,
+            workload_class=req.workload_class,
+            step=self.step,
         )
         gs = self.state
         gs.in_flight += 1
         gs.in_flight_peak = max(gs.in_flight_peak, gs.in_flight)
         try:
-            await self._client.stream_into(result, url, body)
+            await self._client.stream_into(result, url, req.body)
         except asyncio.CancelledError:
             result.cancelled = True
             result.failure_detail = f"cancelled by soaktop ({gs.cancel_cause})"

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from loadgen.envelope import RequestResult
 from loadgen.prompts import BodyBuilder, PromptPool
+from loadgen.request_source import PoolSource, RequestSource
 
 
 class StreamingClient(Protocol):
@@ -78,12 +79,17 @@ class LoadGenerator:
         bodies: BodyBuilder,
         on_result: Callable[[RequestResult], None],
         clock_ns: Callable[[], int] = time.perf_counter_ns,
+        source: RequestSource | None = None,
     ) -> None:
         self.plan = plan
         self.state = LoadState(requested=plan.concurrency)
         self._client = client
         self._pool = pool
         self._bodies = bodies
+        self.source: RequestSource = source if source is not None else PoolSource(pool, bodies)
+        """What each request sends (``pool`` and ``bodies`` when no source is given)."""
+        self.step: int | None = None
+        """The load step now running (stamped on every request sent); None: no steps."""
         self._on_result = on_result
         self._clock_ns = clock_ns
         self._all_ready = asyncio.Event()
@@ -248,27 +254,27 @@ class LoadGenerator:
         self.state.workers_started += 1
         self._mark_ready_or_failed()
         await self._release.wait()
-        url = base + self._bodies.path
         prefix = self.plan.request_id_prefix
-        max_tokens = self._bodies.output_limit  # usage above it is impossible
+        source = self.source
         fast_failures = 0
         while True:
             if not self._issuing.is_set():
                 await self._wait_while_paused()
             if (seq := self._next_seq()) is None:
                 break
-            prompt = self._pool.pick(seq)
-            body = self._bodies.build(self._pool.text_for(seq, prompt))
+            req = source.request(seq)
             result = RequestResult(
                 request_id=f"{prefix}/{seq}",
                 worker=index,
-                prompt_id=prompt.id,
+                prompt_id=req.prompt_id,
                 sent_ns=self._clock_ns(),  # the client resets it just before the POST
-                max_tokens=max_tokens,
+                max_tokens=req.max_tokens,  # usage above it is impossible
+                workload_class=req.workload_class,
+                step=self.step,
             )
             self.state.in_flight += 1
             try:
-                await self._client.stream_into(result, url, body)
+                await self._client.stream_into(result, base + req.path, req.body)
             except asyncio.CancelledError:
                 # The partial measurements stay on `result`; journal it, marked cancelled.
                 result.cancelled = True

@@ -327,4 +327,8 @@ def request_line(r: RequestResult, origin_ns: int, phase: str = "load") -> bytes
         line["sanity"] = r.sanity
     if r.intended_ns is not None:  # open loop only: the schedule's time for this request
         line["intended_s"] = _rel_s(r.intended_ns, origin_ns)
+    if r.workload_class is not None:  # a mixed load only (--mix)
+        line["workload_class"] = r.workload_class
+    if r.step is not None:  # a load with steps only (stages, sweep, live changes)
+        line["step"] = r.step
     return orjson.dumps(line)

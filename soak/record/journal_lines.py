@@ -67,7 +67,7 @@ class RequestLine(JournalLine, AbsentUnlessSet):
     from ``sent`` (``ttfb_s``, ``ttft_s``, ``first_content_s``, ``e2e_s``). ``None``: it
     did not happen, or the server did not say (never 0)."""
 
-    absent_unless_set = frozenset({"sanity", "intended_s"})
+    absent_unless_set = frozenset({"sanity", "intended_s", "workload_class", "step"})
 
     id: str
     phase: str
@@ -102,6 +102,11 @@ class RequestLine(JournalLine, AbsentUnlessSet):
     """Open loop only (``--arrival constant|poisson|gamma``): when the schedule meant the
     request to be sent, on the clock of ``sent_s``; ``sent_s`` − ``intended_s`` is the
     client's lateness. Absent from closed-loop lines."""
+    workload_class: str | None = None
+    """A mixed load only (``--mix``): the request's workload class name. Absent otherwise."""
+    step: int | None = None
+    """A load with steps only (``--stages``, ``--sweep``, live changes): the 0-based step
+    the request was sent in (``record.steps[step]``). Absent otherwise."""
 
 
 # --- events.jsonl: the data of the kinds recover and verify read ----------------------------

@@ -34,7 +34,9 @@ snapshot's ``endurance``, the load summary's response-sanity counts and the
 (:mod:`soak.record.recipe`): each endpoint's stated ``recipe`` facts and their
 ``recipe_sources``, ``/v1/models``' ``root``, the operator's ``identity.recipe`` and the
 record's ``caveats`` (what follows from how the run was made); a 1.2 record reads them
-as empty and is written back without them.
+as empty and is written back without them. **1.4** adds the load's ``steps`` (stages,
+sweep steps, live changes) and its workload ``classes`` (a mix), each with its own
+figures, and the journal's ``step`` and ``workload_class``; absent where a load has none.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from soak.record.sections import (
 from soak.record.shape import AbsentUnlessSet
 from soak.record.telemetry import RecordTelemetry
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 """``MAJOR.MINOR`` of ``record.json`` and of each snapshot line (see the module docstring)."""
 
 
@@ -288,6 +290,54 @@ class LoadSummary(AbsentUnlessSet):
     """Open loop: arrivals that found ``max_in_flight`` requests in flight and waited."""
 
 
+StepOrigin = Literal["stage", "sweep", "live"]
+"""Where a load step came from: a ``--stages`` stage, a ``--sweep`` step, or a live change
+of rate or concurrency (the monitor's keys, ``soaktop control``)."""
+
+
+class LoadStep(AbsentUnlessSet):
+    """One step of a load whose target changes during the run (schema 1.4): its span, its
+    target, and the figures of the requests sent in it (journal lines ``step == index``)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    index: int
+    """0-based, in time order; the journal lines' ``step``."""
+    origin: StepOrigin
+    label: str
+    """In words: ``stage 2: 10 → 40 req/s over 120 s``, ``rate=20``, ``live: concurrency 48``."""
+    start_s: float
+    """Seconds since the run origin: the step's first moment (the previous one's end)."""
+    end_s: float | None = None
+    """The next step's start, or the issue window's end (None while the step runs)."""
+    rate_start: float | None = None
+    """Open loop: the target rate (requests/s) at the step's start."""
+    rate_end: float | None = None
+    """Open loop: the target at its end (differs from ``rate_start`` on a linear ramp)."""
+    concurrency_start: int | None = None
+    """Closed loop: the target concurrency at the step's start."""
+    concurrency_end: int | None = None
+    """Closed loop: the target at its end (a ramp adds or parks workers along it)."""
+    settle_s: float = 0.0
+    """The head of the step left out of its figures (a sweep's settle time): its requests
+    are journaled with the step and judged nowhere but the whole load's figures."""
+    load: LoadSummary | None = None
+    """The step's figures (:func:`soak.record.summary.summarize_load` sliced to the step
+    after its settle); None while it runs."""
+
+
+class WorkloadClassFigures(BaseModel):
+    """One class of a mixed load (``--mix``, schema 1.4): its share and its own figures
+    (journal lines ``workload_class == name``); the classes' counts sum to the load's."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    name: str
+    weight: float
+    """The class's weight as the mix file gave it (its share is weight ÷ the sum)."""
+    load: LoadSummary
+
+
 class ClientHealth(BaseModel):
     """Was the client able to hold the load? Measured, not assumed."""
 
@@ -325,11 +375,16 @@ class RunRecord(AbsentUnlessSet):
 
     model_config = ConfigDict(extra="forbid")
 
-    absent_unless_set: ClassVar[frozenset[str]] = frozenset({"windows", "endurance", "caveats"})
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset(
+        {"windows", "endurance", "caveats", "steps", "classes"}
+    )
     """Keys a record older than 1.2 lacks: written back only when given, so reading and
     writing an older record invents nothing."""
-    written_by_this_version: ClassVar[frozenset[str]] = absent_unless_set
-    """Finalize and recover always give them (an empty series, a null judgement)."""
+    written_by_this_version: ClassVar[frozenset[str]] = frozenset(
+        {"windows", "endurance", "caveats"}
+    )
+    """Finalize and recover always give them (an empty series, a null judgement);
+    ``steps`` and ``classes`` only for a load that has them."""
 
     schema_version: str = SCHEMA_VERSION
     """``MAJOR.MINOR``; 1.0 records hold the integer 1 (read as ``"1.0"``)."""
@@ -370,6 +425,12 @@ class RunRecord(AbsentUnlessSet):
     ``soak.judge.config_caveats``."""
     endurance: Endurance | None = None
     """The run judged on its timeline: drift, leaks, the policy (schema 1.2)."""
+    steps: list[LoadStep] = Field(default_factory=list)
+    """A load whose target changed (``--stages``, ``--sweep``, live changes): one entry per
+    step, each with its own figures (schema 1.4; absent for a load without steps)."""
+    classes: list[WorkloadClassFigures] = Field(default_factory=list)
+    """A mixed load (``--mix``): each workload class's figures (schema 1.4; absent for a
+    load of one class)."""
     phases: list[PhaseSpan] = Field(default_factory=list)
     started_at: str
     ended_at: str

@@ -83,15 +83,20 @@ def summarize_load(
     timing: LoadTiming,
     method: PercentileMethod = "nearest-rank",
     visit: Callable[[dict[str, Any]], None] | None = None,
+    keep: Callable[[dict[str, Any]], bool] | None = None,
 ) -> LoadSummary:
     """Counts, tokens, throughput and exact latency percentiles from the journal.
     ``visit`` sees every load line too, so other figures need no second read. An
     open-loop load's lines are also measured from their intended send (a closed loop's
-    pass is as it was: no extra call per line)."""
+    pass is as it was: no extra call per line).
+
+    ``keep`` slices the load: only the load lines it keeps are counted (a step's lines,
+    ``line.get("step") == i``; a workload class's), and ``timing`` is then the slice's
+    own (its span, its offered rate). ``visit`` sees only the kept lines."""
     if timing.offered_rate is None:
-        return _summary(_tally(requests_path, timing.issue_end_s, visit), timing, method)
+        return _summary(_tally(requests_path, timing.issue_end_s, visit, keep), timing, method)
     sched = _ScheduleTally()
-    tally = _tally(requests_path, timing.issue_end_s, sched.chain(visit))
+    tally = _tally(requests_path, timing.issue_end_s, sched.chain(visit), keep)
     return _summary(tally, timing, method, sched)
 
 
@@ -164,6 +169,7 @@ def _tally(
     requests_path: Path,
     issue_end_s: float | None,
     visit: Callable[[dict[str, Any]], None] | None,
+    keep: Callable[[dict[str, Any]], bool] | None = None,
 ) -> _Tally:
     """One pass over the load lines. Local counters, not attributes: this loop runs once a
     request (millions of lines in a long soak), at the end of the run and in ``verify``."""
@@ -177,6 +183,8 @@ def _tally(
     itl: list[np.ndarray] = []
     for line in read_jsonl(requests_path):
         if line.get("phase", "load") != "load":
+            continue
+        if keep is not None and not keep(line):
             continue
         if visit is not None:
             visit(line)

@@ -25,7 +25,7 @@ from soak.record.events import EventLog
 from soak.record.faults import when as when_words
 from soak.record.journal import JsonlWriter
 from soak.record.matrix import CellResult, MatrixSummary
-from soak.record.models import EndpointIdentity, PhaseSpan
+from soak.record.models import EndpointIdentity, LoadStep, PhaseSpan
 from soak.record.redact import Redactor
 from soak.run.config import RunConfig
 from soak.run.gate_session import GateSession
@@ -92,6 +92,9 @@ class RunState:
     """The soak warm-up (``--warmup``): which load requests are journaled as ``warmup``."""
     released_at: str | None = None
     barrier_wait_s: float | None = None
+    steps: list[LoadStep] = field(default_factory=list)
+    """The load's steps so far (``--stages``, ``--sweep``, live changes): each appended
+    with its span and target as it begins (``load`` None), the figures filled at finalize."""
     matrix: MatrixSummary | None = None
     matrix_cells: list[CellResult] = field(default_factory=list)
     """The matrix's cells so far (filled as they finish; the record's come from here)."""
