@@ -21,6 +21,7 @@ from probes.host import raise_fd_limit
 from soak.record.summary import LoadTiming
 from soak.run.config import RunConfig
 from soak.run.config_arrival import default_max_in_flight
+from soak.run.load_source import request_source
 from soak.run.request_sink import RequestSink
 from soak.run.snapshots import now_iso
 from soak.run.state import RunParts, RunState
@@ -172,10 +173,13 @@ def make_generator(
 ) -> LoadGenerator:
     """The closed loop's workers, or the open loop's scheduler (same interface)."""
     cap = in_flight_cap(cfg)
+    source = request_source(cfg, pool, bodies)
     if cfg.arrival == "closed" or cfg.rate is None or cap is None:
-        return LoadGenerator(plan, client, pool, bodies, sink.on_result)
+        return LoadGenerator(plan, client, pool, bodies, sink.on_result, source=source)
     offsets = arrival_offsets(cfg.arrival, cfg.rate, cfg.burstiness, arrival_seed(cfg))
-    return OpenLoopGenerator(plan, client, pool, bodies, sink.on_result, offsets, cap)
+    return OpenLoopGenerator(
+        plan, client, pool, bodies, sink.on_result, offsets, cap, source=source
+    )
 
 
 def load_timing(st: RunState) -> LoadTiming | None:
