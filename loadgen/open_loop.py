@@ -7,9 +7,20 @@ omission). Here one scheduler task sleeps until each intended time of an
 carries its intended time (``RequestResult.intended_ns``) beside its actual send, so the
 record can measure from the schedule and say how late the client was.
 
+The schedule is fixed (``offsets``: a trace's times) or follows a
+:class:`~loadgen.arrivals.RateCurve` (``curve``: a rate, stages, a sweep) that
+:meth:`OpenLoopGenerator.set_rate` changes live: the arrival the scheduler waits for keeps
+its place in the schedule (its target Λ) and is re-timed under the new curve at once.
+
 ``max_in_flight`` caps the concurrent requests, so an overloaded server cannot make the
 client open unbounded connections: an arrival that finds the cap full waits for a slot
 and is counted (``held_by_cap``), never dropped; it goes out late, and the lateness shows.
+
+Cost: the scheduler's own work is a few µs a request (``bench/arrival_cost.py``): every
+arrival already due is sent in one pass with no await, the cap is a counter, a request's
+bookkeeping is its task's ``finally``. What an open loop costs beyond that is loop
+wake-ups: an arrival that comes alone wakes the loop for itself, and its response head
+comes back alone; the bench shows both apart.
 
 The barrier, the issue window, stop, pause and the drain are :class:`LoadGenerator`'s (the
 runner drives both through the same methods): the "workers" behind the barrier are the
@@ -20,11 +31,13 @@ scheduler, which ends once the requests it started have all ended.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.arrivals import RateCurve
 from loadgen.envelope import RequestResult
 from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.request_source import RequestSource
@@ -36,6 +49,15 @@ second of a high rate does not all wait on TCP handshakes, few enough to start a
 _LATE_TOLERANCE_NS = 200_000
 """A timer that fires this close before its intended time counts as on time: uvloop's timers
 run on a millisecond loop clock, and a top-up sleep for less would only add lateness."""
+_SLICE_NS = 250_000_000
+"""The longest single sleep: a stop or a pause at a low rate is seen within it even where
+nothing pokes the scheduler."""
+_NEVER = 1 << 62
+"""An intended time that never comes (the curve's rate is 0 from here on), in ns."""
+_SKIP = -1
+"""``_wait_for``'s answer for an arrival whose time fell inside a pause."""
+_STOP = -2
+"""``_wait_for``'s answer when issuing is over."""
 
 
 @dataclass
@@ -50,9 +72,20 @@ class OpenLoopState(LoadState):
     part of the window, recorded), and not sent in a burst on resume either."""
 
 
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class OpenLoopGenerator(LoadGenerator):
-    """Runs one open-loop load: ``offsets`` are the intended send times (seconds from the
-    window's start), ``plan.concurrency`` the connections warmed behind the barrier."""
+    """Runs one open-loop load, ``plan.concurrency`` connections warmed behind the barrier.
+
+    Without ``curve``, ``offsets`` are the intended send times themselves (seconds from
+    the window's start). With ``curve``, they are the schedule's draws at the curve's
+    reference rate (:func:`loadgen.arrivals.curve_draws`) and arrival ``k`` goes out at
+    ``curve.time_of(offsets[k])``: what :func:`loadgen.arrivals.curve_offsets` redraws
+    after the run from the same curve.
+    """
 
     def __init__(
         self,
@@ -65,13 +98,23 @@ class OpenLoopGenerator(LoadGenerator):
         max_in_flight: int,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
         source: RequestSource | None = None,
+        curve: RateCurve | None = None,
     ) -> None:
         super().__init__(plan, client, pool, bodies, on_result, clock_ns, source)
         self.state: OpenLoopState = OpenLoopState(requested=plan.concurrency)
         self._offsets = offsets
+        self.curve = curve
+        """The rate the schedule follows, every live change included (None: fixed times)."""
+        self._curve_changes = 0
+        """Bumped by each :meth:`set_rate`: a waiting arrival re-times when it moves."""
         self.max_in_flight = max_in_flight
-        self._slots = asyncio.Semaphore(max_in_flight)
-        self._requests: set[asyncio.Task[None]] = set()
+        self._requests: dict[int, tuple[asyncio.Task[None], RequestResult]] = {}
+        """Requests started and not ended, by send sequence (an entry leaves in its task's
+        ``finally``; one still here after a cancel never began and is journaled then)."""
+        self._slot_free: asyncio.Future[None] | None = None
+        """Set when a request ends while an arrival waits at the cap."""
+        self._nap: asyncio.Future[None] | None = None
+        """The scheduler's sleep, which set_rate, pause and stop cut short."""
         self._resumed_ns = 0
         """When issuing last resumed after a pause (arrivals due before it are skipped)."""
 
@@ -109,6 +152,50 @@ class OpenLoopGenerator(LoadGenerator):
             return
         self.state.workers_started += 1
 
+    # -- the rate ------------------------------------------------------------------------------
+
+    def _now_s(self) -> float:
+        """Seconds since the barrier's release (0 before it)."""
+        released = self.state.barrier_released_ns
+        return 0.0 if released is None else max(0.0, (self._clock_ns() - released) / 1e9)
+
+    @property
+    def rate(self) -> float | None:
+        """The curve's target rate now, requests/s (None: fixed times, a trace's)."""
+        return None if self.curve is None else self.curve.rate_at(self._now_s())
+
+    def set_rate(self, rate: float) -> None:
+        """Hold ``rate`` from now on (before the release: from the window's start). The
+        arrival being waited for is re-timed at once: a change from 1 to 100 requests/s
+        does not wait out the 1 s gap drawn under the old rate."""
+        if self.curve is None:
+            raise ValueError(
+                "set_rate: this schedule's send times are fixed (a trace's); only a "
+                "rate-driven open loop (constant, poisson, gamma) can change its rate"
+            )
+        self.curve.set_from(self._now_s(), rate)
+        self._curve_changes += 1
+        self._poke()
+
+    def _poke(self) -> None:
+        if self._nap is not None:
+            _wake(self._nap)
+
+    def stop_issuing(self, reason: str) -> None:
+        """Graceful stop (see :meth:`LoadGenerator.stop_issuing`), seen by the scheduler at
+        once rather than at its next arrival."""
+        super().stop_issuing(reason)
+        self._poke()
+
+    def pause(self) -> None:
+        """Stop issuing until :meth:`resume`; arrivals due meanwhile are skipped."""
+        super().pause()
+        self._poke()
+
+    def _intended_ns(self, start_ns: int, offset: float) -> int:
+        at = offset if self.curve is None else self.curve.time_of(offset)
+        return _NEVER if at == math.inf else start_ns + int(at * 1e9)
+
     # -- the scheduler -----------------------------------------------------------------------
 
     async def _scheduler(self) -> None:
@@ -121,67 +208,108 @@ class OpenLoopGenerator(LoadGenerator):
             # time (``run``'s timer), so the achieved rate's denominator is the window.
             await self._stop.wait()
             while self._requests:
-                await asyncio.gather(*self._requests, return_exceptions=True)
+                tasks = [t for t, _ in self._requests.values()]
+                await asyncio.gather(*tasks, return_exceptions=True)
         except asyncio.CancelledError:
-            for t in self._requests:
-                t.cancel()
-            await asyncio.gather(*self._requests, return_exceptions=True)
+            await self._cancel_requests()
             raise
 
+    async def _cancel_requests(self) -> None:
+        """Cancel every request; journal, as cancelled, the ones cut before they began
+        (their task never ran, so their own ``except`` never did)."""
+        for task, _ in list(self._requests.values()):
+            task.cancel()
+        await asyncio.gather(*(t for t, _ in self._requests.values()), return_exceptions=True)
+        gs = self.state
+        for _, result in self._requests.values():  # cancelled before they began
+            result.cancelled = True
+            result.failure_detail = f"cancelled by soaktop ({gs.cancel_cause})"
+            gs.cancelled += 1
+            self._on_result(result)
+        self._requests.clear()
+
     async def _issue(self) -> None:
-        """Send each arrival at its time until the window ends or stop is asked."""
+        """Send each arrival at its time until the window ends or stop is asked. An arrival
+        already due is sent in the same pass, with no await: a burst costs one wake-up."""
         assert self.state.barrier_released_ns is not None
         start_ns = self.state.barrier_released_ns
         window_s = self.plan.duration_s
-        end_ns = None if window_s is None else start_ns + int(window_s * 1e9)
+        end_ns = _NEVER if window_s is None else start_ns + int(window_s * 1e9)
+        clock, issuing, stop, gs = self._clock_ns, self._issuing, self._stop, self.state
         for arrival, offset in enumerate(self._offsets):
-            intended_ns = start_ns + int(offset * 1e9)
-            if end_ns is not None and intended_ns >= end_ns:
-                return
-            due = await self._until(intended_ns)
-            if due == "stop":
-                return
-            if due == "skip":
-                self.state.skipped_paused += 1
-                continue
-            if self._slots.locked():
-                self.state.held_by_cap += 1
-            await self._slots.acquire()
+            intended_ns = self._intended_ns(start_ns, offset)
+            if (
+                intended_ns >= end_ns
+                or intended_ns - clock() > _LATE_TOLERANCE_NS
+                or intended_ns < self._resumed_ns
+                or not issuing.is_set()
+                or stop.is_set()
+            ):
+                intended_ns = await self._wait_for(start_ns, offset, end_ns)
+                if intended_ns == _STOP:
+                    return
+                if intended_ns == _SKIP:
+                    gs.skipped_paused += 1
+                    continue
+            if len(self._requests) >= self.max_in_flight:
+                gs.held_by_cap += 1
+                while len(self._requests) >= self.max_in_flight:
+                    self._slot_free = asyncio.get_running_loop().create_future()
+                    await self._slot_free
+                self._slot_free = None
             if (seq := self._next_seq()) is None:
-                self._slots.release()
                 return
-            task = asyncio.create_task(self._send(seq, arrival, intended_ns))
-            self._requests.add(task)
-            task.add_done_callback(self._requests.discard)
+            self._start(seq, arrival, intended_ns)
 
-    async def _until(self, intended_ns: int) -> str:
-        """Wait for an arrival's time: ``send``, ``skip`` (its time fell in a pause) or
-        ``stop``. Sleeps in slices of at most 250 ms so that a stop or a pause at a low
-        rate is seen at once; a slice that ends early (uvloop's millisecond timers) is
-        topped up until the time is within :data:`_LATE_TOLERANCE_NS`."""
+    async def _wait_for(self, start_ns: int, offset: float, end_ns: int) -> int:
+        """Wait for an arrival's time: its intended ns, :data:`_SKIP` (its time fell in a
+        pause) or :data:`_STOP`. The time is worked out again after each :meth:`set_rate`;
+        sleeps are cut short by set_rate, pause and stop, and last at most
+        :data:`_SLICE_NS`; one that ends early (uvloop's millisecond timers) is topped up
+        until the time is within :data:`_LATE_TOLERANCE_NS`."""
+        changes = self._curve_changes
+        intended_ns = self._intended_ns(start_ns, offset)
         while True:
             if not self._issuing.is_set():
                 await self._wait_while_paused()
                 self._resumed_ns = self._clock_ns()
             if self._stop.is_set():
-                return "stop"
+                return _STOP
+            if changes != self._curve_changes:
+                changes = self._curve_changes
+                intended_ns = self._intended_ns(start_ns, offset)
             if intended_ns < self._resumed_ns:
-                return "skip"
-            left_ns = intended_ns - self._clock_ns()
-            if left_ns <= _LATE_TOLERANCE_NS:
-                return "send"
+                return _SKIP
+            if intended_ns >= end_ns:
+                if self.curve is None:
+                    return _STOP  # a fixed schedule past the window: nothing more to send
+                left_ns = _SLICE_NS  # not in this window unless the rate changes
+            else:
+                left_ns = intended_ns - self._clock_ns()
+                if left_ns <= _LATE_TOLERANCE_NS:
+                    return intended_ns
             # Half a millisecond past the time: uvloop's timers round to its millisecond
             # clock, and a sleep that wakes early would be followed by sub-millisecond
             # ones that fire at once — a spin of loop iterations per request. Sending
             # ~0.5 ms late on purpose costs nothing measurable (the bound is 50 ms).
-            await asyncio.sleep(min(left_ns, 250_000_000) / 1e9 + 0.0005)
+            await self._sleep(min(left_ns, _SLICE_NS) / 1e9 + 0.0005)
 
-    async def _send(self, seq: int, arrival: int, intended_ns: int) -> None:
-        """One request (the source's ``arrival``-th); its slot is given back when it
-        ends, however it ends."""
+    async def _sleep(self, delay_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._nap = nap = loop.create_future()
+        timer = loop.call_later(delay_s, _wake, nap)
+        try:
+            await nap
+        finally:
+            timer.cancel()
+            self._nap = None
+
+    # -- one request -------------------------------------------------------------------------
+
+    def _start(self, seq: int, arrival: int, intended_ns: int) -> None:
+        """Start request ``seq`` (the source's ``arrival``-th) as its own task."""
         index = seq % len(self.plan.endpoints)
         req = self.source.request(arrival)
-        url = self.plan.endpoints[index] + req.path
         result = RequestResult(
             request_id=f"{self.plan.request_id_prefix}/{seq}",
             worker=index,
@@ -192,11 +320,18 @@ class OpenLoopGenerator(LoadGenerator):
             workload_class=req.workload_class,
             step=self.step,
         )
+        url = self.plan.endpoints[index] + req.path
+        task = asyncio.get_running_loop().create_task(self._send(seq, result, url, req.body))
+        self._requests[seq] = (task, result)
+
+    async def _send(self, seq: int, result: RequestResult, url: str, body: bytes) -> None:
+        """Stream one request; its slot is given back when it ends, however it ends."""
         gs = self.state
         gs.in_flight += 1
-        gs.in_flight_peak = max(gs.in_flight_peak, gs.in_flight)
+        if gs.in_flight > gs.in_flight_peak:
+            gs.in_flight_peak = gs.in_flight
         try:
-            await self._client.stream_into(result, url, req.body)
+            await self._client.stream_into(result, url, body)
         except asyncio.CancelledError:
             result.cancelled = True
             result.failure_detail = f"cancelled by soaktop ({gs.cancel_cause})"
@@ -208,5 +343,7 @@ class OpenLoopGenerator(LoadGenerator):
             return
         finally:
             gs.in_flight -= 1
-            self._slots.release()
+            del self._requests[seq]
+            if self._slot_free is not None:
+                _wake(self._slot_free)
         self._on_result(result)

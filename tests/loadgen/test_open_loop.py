@@ -16,6 +16,7 @@ from loadgen.client import StreamClient
 from loadgen.envelope import RequestResult
 from loadgen.open_loop import OpenLoopGenerator
 from loadgen.prompts import BodyBuilder, Prompt, PromptPool
+from loadgen.request_source import PlannedRequest, PoolSource
 from loadgen.workers import LoadPlan
 
 pytestmark = pytest.mark.timeout(60)
@@ -175,3 +176,35 @@ async def test_a_pause_skips_the_arrivals_inside_it() -> None:
     offsets = sorted(((r.intended_ns or 0) - released) / 1e9 for r in results)
     gaps = [b - a for a, b in itertools.pairwise(offsets)]
     assert max(gaps) > 0.2  # a hole where the pause was, not a burst after it
+
+
+class _AbortingSource:
+    """Aborts the load while handing out request ``at``: the requests started in the same
+    pass are cut before their tasks ever ran."""
+
+    def __init__(self, inner: PoolSource, at: int) -> None:
+        self.inner, self.at = inner, at
+        self.gen: OpenLoopGenerator | None = None
+
+    def request(self, n: int) -> PlannedRequest:
+        if n == self.at and self.gen is not None:
+            self.gen.abort()
+        return self.inner.request(n)
+
+
+async def test_requests_cut_before_they_began_are_journaled_too() -> None:
+    results: list[RequestResult] = []
+    pool = PromptPool((Prompt(0, "hi"),), source="test")
+    bodies = BodyBuilder(model="m", max_tokens=4)
+    source = _AbortingSource(PoolSource(pool, bodies), at=3)
+    async with serve(0.01) as base, StreamClient(max_connections=16) as client:
+        gen = OpenLoopGenerator(
+            _plan(base, 5.0), client, pool, bodies, results.append,
+            iter([0.0] * 6 + [1.0]), 16, source=source,
+        )  # fmt: skip
+        source.gen = gen
+        assert await gen.start_workers()
+        await asyncio.wait_for(gen.run(), 10)
+    assert gen.state.issued == len(results) == 4  # the burst up to the abort, all journaled
+    assert all(r.cancelled and "abort" in (r.failure_detail or "") for r in results)
+    assert gen.state.cancelled == 4 and gen.state.in_flight == 0
