@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
+from collections import abc
 from typing import Any, Protocol
 
 import orjson
@@ -16,6 +17,7 @@ from simengine.config import SimConfig
 from simengine.endurance import Endurance
 from simengine.faults import CONTRACT_ACTIONS, FaultBook, FaultRule
 from simengine.metrics import EngineMetrics
+from simengine.prefix_cache import prompt_tokens
 from simengine.scheduler import Scheduler
 from simengine.sequence import Sequence
 from simengine.simlog import ReplicaLog
@@ -50,8 +52,8 @@ class ServedReplica(Protocol):
     request_counter: int
     rejections: int
 
-    def prefix_hit(self, key: str | None, tokens: int) -> int:
-        """Block-aligned tokens of a shared system prompt already in the prefix cache."""
+    def prefix_hit(self, tokens: abc.Sequence[str | int]) -> int:
+        """Block-aligned tokens of the prompt's leading blocks already in the prefix cache."""
         ...
 
 
@@ -230,7 +232,7 @@ class OpenAIRoutes:
             stream=parsed.stream,
             include_usage=parsed.include_usage,
             frags=wire.stream_frags(plan, vocab_idx, chat) if parsed.stream else None,
-            prefix_hit=rep.prefix_hit(parsed.prefix_key, parsed.prefix_tokens),
+            prefix_hit=rep.prefix_hit(prompt_tokens(body, chat)),
             fault=fault,
         )
         rep.engine.submit(seq)

@@ -7,7 +7,7 @@ import contextlib
 import socket
 import time
 import traceback
-from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
@@ -18,10 +18,9 @@ from simengine.endurance import Endurance
 from simengine.faults import FaultBook, FaultRule
 from simengine.metrics import EngineMetrics
 from simengine.openai_api import OpenAIRoutes
+from simengine.prefix_cache import PrefixCache
 from simengine.scheduler import Scheduler
 from simengine.simlog import ReplicaLog
-
-_PREFIX_LRU = 1024
 
 
 def cache_info(cfg: SimConfig) -> dict[str, str]:
@@ -74,7 +73,7 @@ class Replica:
         self.rejections = 0
         self.url = ""
         self.dcgm_url = ""
-        self._prefix: OrderedDict[str, None] = OrderedDict()
+        self._prefix = PrefixCache(cfg.block_size, cfg.num_gpu_blocks)
         self._tasks: list[asyncio.Task[None]] = []
         self._api_runner: web.AppRunner | None = None
         self._dcgm_runner: web.AppRunner | None = None
@@ -85,18 +84,10 @@ class Replica:
         util = len(self.engine.running) / self.cfg.max_num_seqs
         return util, self.engine.kv_usage, True
 
-    def prefix_hit(self, key: str | None, tokens: int) -> int:
-        """Block-aligned tokens of a shared system prompt already in the prefix cache."""
-        if key is None:
-            return 0
-        if key in self._prefix:
-            self._prefix.move_to_end(key)
-            bs = self.cfg.block_size
-            return (tokens // bs) * bs
-        self._prefix[key] = None
-        if len(self._prefix) > _PREFIX_LRU:
-            self._prefix.popitem(last=False)
-        return 0
+    def prefix_hit(self, tokens: Sequence[str | int]) -> int:
+        """Block-aligned tokens of the prompt's leading blocks already in the prefix cache
+        (:class:`simengine.prefix_cache.PrefixCache`)."""
+        return self._prefix.hit(tokens)
 
     async def start(self, api_sock: socket.socket, dcgm_sock: socket.socket) -> None:
         """Serve the API and the DCGM exporter on the given listening sockets."""
