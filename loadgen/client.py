@@ -7,7 +7,7 @@ hands the bytes to ``SSEParser``; nothing is logged and nothing allocated per ch
 the ITL entry.
 
 Two costs of the stock stack are avoided, both measured (bench/client_cost.py): asyncio's
-256 KiB ``recv`` per read (see ``READ_SIZE``), and aiohttp's ``sock_read`` timer, which
+256 KiB ``recv`` per read (see ``client_conn.READ_SIZE``), and aiohttp's ``sock_read`` timer, which
 cancels and re-arms a loop timer on every read (~3 µs per token). ``sock_read`` guards only
 the wait for the response headers; during the body a single watchdog task per client
 scans the open streams (their last-read stamps, which the loop takes anyway) and closes
@@ -20,6 +20,8 @@ that reached ``[DONE]`` is judged once at its end (``loadgen.outcome``): impossi
 and an empty stream are failures, never successes. A completed one is checked for sanity
 (``loadgen.sanity``: empty, runaway whitespace, repetition, an unasked finish reason) from
 the visible text the parser kept, bounded; the flags go on ``RequestResult.sanity``.
+A conversation's turn gets that text back too, bounded (:mod:`loadgen.answer_text`), and
+a mix's class with an answer contract is checked on it (:mod:`loadgen.answer_contract`).
 
 Stale pooled connections. A server without keep-alive that does not say so (no
 ``Connection: close``), or one whose keep-alive timeout ran out while the connection sat
@@ -52,7 +54,10 @@ from typing import Any, Final
 
 import aiohttp
 
-from loadgen.client_errors import client_side, message_from_body, stale_connection, trunc
+from loadgen.answer_contract import AnswerContract
+from loadgen.answer_text import AnswerText
+from loadgen.client_conn import resend_after, tune_connection
+from loadgen.client_errors import client_side, message_from_body, trunc
 from loadgen.envelope import FailureClass, RequestResult
 from loadgen.outcome import is_empty_stream, usage_problem
 from loadgen.sanity import check
@@ -62,11 +67,6 @@ __all__ = ["StreamClient"]
 
 ERROR_BODY_MAX: Final = 64 * 1024
 """Most bytes read from a non-200 response body (for its error message)."""
-READ_SIZE: Final = 64 * 1024
-"""Largest socket read. asyncio's selector transport (CPython 3.11) reads with
-``recv(256 KiB)``: a fresh 256 KiB bytes object per read, above glibc's mmap threshold, so
-every read cost an mmap, page faults and a munmap — measured here as ~20 µs of system CPU
-per streamed token at 256 paced streams. 64 KiB reads come from the heap."""
 DRAIN_AFTER_DONE_S: Final = 2.0
 """After ``[DONE]``, wait at most this long for the end of the HTTP body, so the connection
 goes back to the pool; past it the connection is closed (the result is already final)."""
@@ -106,6 +106,7 @@ class StreamClient:
         headers: Mapping[str, str] | None = None,
         sanity_checks: bool = True,
         ignore_eos: bool = False,
+        contracts: Mapping[str, AnswerContract] | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
@@ -116,6 +117,7 @@ class StreamClient:
         """Check every completed response (:mod:`loadgen.sanity`): ``RequestResult.sanity``."""
         self.ignore_eos = ignore_eos
         """The requests send ``ignore_eos``: an early ``length`` is then no sanity flag."""
+        self._contracts: dict[str | None, AnswerContract] = dict((contracts or {}).items())
         self._headers = dict(headers or {})
         # Values never to appear in a failure detail: each header value, and its parts
         # ("Bearer sk-…" → also "sk-…"), longest first.
@@ -280,7 +282,8 @@ class StreamClient:
                             await self._read_error(resp, result)
                             return result
                         watch = self._watch(resp, now)
-                        parser = SSEParser(self.sanity_checks)
+                        contract, answer = self._answer_checks(result)
+                        parser = SSEParser(self.sanity_checks, answer)
                         # The read loop, inline: every await level costs each read a resume.
                         feed = parser.feed
                         readany = resp.content.readany
@@ -318,9 +321,10 @@ class StreamClient:
                             result.output_tokens = parser.completion_tokens
                         if self._conclude(resp, result, parser, now):
                             await self._drain(resp)
+                        self._judge_answer(result, parser, contract, answer)
                     return result
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                    if not _resend(exc, result, attempt["reused"], got_headers):
+                    if not resend_after(exc, result, attempt["reused"], got_headers):
                         raise
                     session = self._fresh or session
         except asyncio.CancelledError:
@@ -330,10 +334,32 @@ class StreamClient:
             self._failed(exc, result, got_headers, watch)
         return result
 
+    def _answer_checks(
+        self, result: RequestResult
+    ) -> tuple[AnswerContract | None, AnswerText | None]:
+        """A mix class's answer contract, and the answer's text kept for it or for a
+        conversation's next turn (None, None: a plain request keeps no text)."""
+        contract = self._contracts.get(result.workload_class)
+        return contract, AnswerText() if result.turn is not None or contract else None
+
+    def _judge_answer(
+        self,
+        result: RequestResult,
+        parser: SSEParser,
+        contract: AnswerContract | None,
+        answer: AnswerText | None,
+    ) -> None:
+        """After the stream: the contract judged on a completed answer; a turn's answer
+        handed back (the next turn's history)."""
+        if contract is not None and result.ok:
+            contract.judge(result, parser.text, self._scrub)
+        if answer is not None:
+            answer.hand_back(result)
+
     def _watch(self, resp: aiohttp.ClientResponse, now: int) -> _Watch:
         """The stream's entry for the read watchdog, watched once its connection is tuned."""
         watch = _Watch(now, resp)
-        if _tune_connection(resp):  # else aiohttp's sock_read stays in charge
+        if tune_connection(resp):  # else aiohttp's sock_read stays in charge
             self._watched.add(watch)
         return watch
 
@@ -462,34 +488,3 @@ class StreamClient:
             if secret in text:
                 text = text.replace(secret, "***")
         return trunc(text)
-
-
-def _resend(exc: BaseException, r: RequestResult, reused: bool, got_headers: bool) -> bool:
-    """Whether to resend after ``exc``: once, on a reused pooled connection, before any
-    response byte (module doc). Then ``r.stale_retry`` says so: nothing was measured yet,
-    so the resend starts the request anew."""
-    if not (reused and not (got_headers or r.stale_retry) and stale_connection(exc)):
-        return False
-    r.stale_retry = True
-    return True
-
-
-def _tune_connection(resp: aiohttp.ClientResponse) -> bool:
-    """Cap the socket read size (``READ_SIZE``) and hand the body's read timeout from
-    aiohttp's per-read timer to the watchdog. True if the watchdog must guard the body.
-
-    aiohttp re-arms ``read_timeout`` for every request on a connection (it does the same
-    switch-off for websockets); the read-size cap stays with the connection.
-    """
-    conn = resp.connection
-    if conn is None:
-        return False
-    transport = conn.transport
-    if transport is not None and getattr(transport, "max_size", 0) > READ_SIZE:
-        with contextlib.suppress(AttributeError):  # another loop's transport (uvloop)
-            transport.max_size = READ_SIZE  # type: ignore[attr-defined]
-    protocol = conn.protocol
-    if protocol is None or not hasattr(protocol, "read_timeout"):
-        return False
-    protocol.read_timeout = None
-    return True

@@ -23,9 +23,12 @@ from enum import StrEnum
 
 
 class FailureClass(StrEnum):
-    """Why a request failed. Availability and protocol classes, never contract classes.
+    """Why a request failed: availability, protocol and contract classes.
 
-    Contract failures (bad JSON, wrong tool) belong to probes, not to load requests.
+    One contract class, for the load requests of a mix's class that carries a contract
+    (``--mix``: a ``response_format`` JSON schema, a required tool call; see
+    :mod:`loadgen.answer_contract`): the server answered, completely, but not what the
+    request asked for, the same classification as the gates (:mod:`probes.contract`).
     """
 
     HTTP_4XX = "http_4xx"
@@ -54,6 +57,11 @@ class FailureClass(StrEnum):
     booleans), negative, ``completion_tokens`` above the request's ``max_tokens``,
     ``total_tokens`` below one of its parts, or beyond any context (≥ 2^31). Its tokens
     never enter the token totals (see ``loadgen.outcome.usage_problem``)."""
+    CONTRACT = "contract_error"
+    """An HTTP 200 stream that completed, but whose answer breaks its workload class's
+    contract: not strict JSON, not valid against the class's ``json_schema``, no tool call
+    where one is required, or too long to check (past ``loadgen.answer_text``'s bound).
+    Never an availability failure: the service delivered, the answer is wrong."""
     CLIENT = "client_error"
     """The client itself failed (an exception in soaktop, or it ran out of file descriptors,
     buffers or local ports: "client-side: too many open files (EMFILE)"); the server may be
@@ -71,7 +79,8 @@ AVAILABILITY_CLASSES = frozenset(
     }
 )
 """Classes that mean the service did not deliver. ``malformed_sse`` and
-``impossible_usage`` are protocol classes: something arrived, but not something true."""
+``impossible_usage`` are protocol classes: something arrived, but not something true;
+``contract_error`` is a contract class: it arrived whole, but not what was asked."""
 
 
 @dataclass(slots=True)
@@ -122,6 +131,17 @@ class RequestResult:
     step: int | None = None
     """The load step the request was sent in (0-based: a ``--stages`` stage, a ``--sweep``
     step, a live change of rate or concurrency); None for a load without steps."""
+    session: int | None = None
+    """A conversation load only (``--turns``: :mod:`loadgen.conversation`): the session's
+    number (0-based, in start order); None otherwise."""
+    turn: int | None = None
+    """A conversation load only: the turn within its session (1-based); None otherwise.
+    The client keeps the answer's visible text for such a request (``answer``)."""
+    answer: str | None = None
+    """A conversation request's visible answer, bounded (``loadgen.answer_text``): the next
+    turn's history. Never journaled; None for every other request."""
+    answer_truncated: bool = False
+    """The answer ran past the bound and ``answer`` holds only its head."""
 
     @property
     def ok(self) -> bool:

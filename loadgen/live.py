@@ -65,6 +65,7 @@ class _Slot:
         "failures",
         "flagged",
         "hists",
+        "late",
         "output_tokens",
         "sanity",
         "second",
@@ -79,13 +80,15 @@ class _Slot:
         self.sanity: Counter[str] = Counter()
         self.flagged = 0
         self.hists = {k: LogHistogram() for k in LATENCIES}
+        self.late = LogHistogram()
+        """Open loop: sent − intended of the requests that finished in this slot."""
 
     def reset(self, second: int) -> None:
         self.second = second
         self.completed = self.failed = self.output_tokens = self.flagged = 0
         self.failures.clear()
         self.sanity.clear()
-        for h in self.hists.values():
+        for h in (*self.hists.values(), self.late):
             h.counts[:] = 0
             h.n = 0
             h.total = 0.0
@@ -102,6 +105,9 @@ class LiveLoadStats:
         self._ring = [_Slot() for _ in range(window_s + 1)]
         self._cum = _Slot()
         self._cum.second = 0
+        self.completed_by_step: Counter[int] = Counter()
+        """Completed requests per load step (``RequestResult.step``; none: 0), for the
+        steps view."""
 
     def _slot(self, second: int) -> _Slot:
         slot = self._ring[second % len(self._ring)]
@@ -113,6 +119,12 @@ class LiveLoadStats:
         """Count one finished request at monotonic time ``now_s`` (seconds since run start)."""
         if r.cancelled:
             return
+        if r.intended_ns is not None:  # open loop: one subtraction, the lateness tally
+            late_s = (r.sent_ns - r.intended_ns) / 1e9
+            self._slot(int(now_s)).late.add(late_s)
+            self._cum.late.add(late_s)
+        if r.ok:  # a line without a step is the load before the first change: step 0
+            self.completed_by_step[r.step or 0] += 1
         for slot in (self._slot(int(now_s)), self._cum):
             if r.ok:
                 slot.completed += 1
@@ -157,6 +169,16 @@ class LiveLoadStats:
     def cumulative(self, load_elapsed_s: float) -> ThroughputView:
         """Everything since the barrier released."""
         return _view(self._cum, load_elapsed_s)
+
+    def lateness(self, now_s: float) -> tuple[LatencyStats, LatencyStats]:
+        """Open loop: sent − intended over the last ``window_s`` full seconds and over the
+        whole load (empty stats in a closed loop: its requests have no intended time)."""
+        current = int(now_s)
+        window = LogHistogram()
+        for slot in self._ring:
+            if current - self.window_s <= slot.second < current:
+                window.merge(slot.late)
+        return window.stats(), self._cum.late.stats()
 
 
 def request_latencies(r: RequestResult) -> dict[str, float | None]:

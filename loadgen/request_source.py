@@ -35,6 +35,10 @@ class PlannedRequest:
     """The endpoint path (``/v1/chat/completions`` or ``/v1/completions``)."""
     workload_class: str | None = None
     """The mix's class name (``RequestResult.workload_class``); None outside a mix."""
+    session: int | None = None
+    """A conversation's session number (``RequestResult.session``); None outside one."""
+    turn: int | None = None
+    """The turn within that session, 1-based (``RequestResult.turn``); None outside one."""
 
 
 class RequestSource(Protocol):

@@ -73,6 +73,7 @@ __all__ = [
     "TextFacts",
     "VisibleText",
     "check",
+    "collected_text",
     "repeated_share",
     "value_unit",
 ]
@@ -221,6 +222,12 @@ def _text(raw: bytes) -> str:
         except ValueError:
             text = body.decode("utf-8", "replace")
     return text
+
+
+def collected_text(raw: bytes) -> str:
+    """The text of bytes collected as :class:`VisibleText` collects them (values, each
+    ending in its quote), decoded once; lossy, never raising, on a bad escape."""
+    return _text(raw)
 
 
 def value_unit(body: bytes) -> bytes:

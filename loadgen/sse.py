@@ -161,7 +161,7 @@ class SSEParser:
         "usage",
     )
 
-    def __init__(self, collect: bool = False) -> None:
+    def __init__(self, collect: bool = False, text: VisibleText | None = None) -> None:
         self._buf = b""
         self._cr = False  # the previous read ended with "\r" (a "\r\n" may be split)
         self._head: bytes | None = None  # first bytes of the body, for a non-SSE detail
@@ -187,9 +187,12 @@ class SSEParser:
         self.completion_tokens: int | None = None
         self.usage: object = None
         """The last non-null ``usage`` value as sent (judged once, at the stream's end)."""
-        self.text: VisibleText | None = VisibleText() if collect else None
+        self.text: VisibleText | None = (
+            text if text is not None else VisibleText() if collect else None
+        )
         """The visible text, bounded, for the sanity checks (``collect``; see
-        :mod:`loadgen.sanity`)."""
+        :mod:`loadgen.sanity`), or the caller's ``text`` (a conversation's answer,
+        :mod:`loadgen.answer_text`), which also serves the checks."""
         self._raw = self.text.raw if self.text is not None else None
 
     # ------------------------------------------------------------------ feeding

@@ -14,11 +14,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from loadgen.envelope import RequestResult
 from loadgen.prompts import BodyBuilder, PromptPool
-from loadgen.request_source import PoolSource, RequestSource
+from loadgen.request_source import PlannedRequest, PoolSource, RequestSource
 
 
 class StreamingClient(Protocol):
@@ -66,6 +66,9 @@ class LoadState:
     """Pauses taken after instant failures (a refusing or dead server is not hammered)."""
     worker_errors: Counter[str] = field(default_factory=Counter)
     """Workers that died of an exception in soaktop itself (each one a lost worker)."""
+    target: int | None = None
+    """Closed loop: the workers allowed to issue now (:meth:`LoadGenerator.set_concurrency`);
+    the rest are parked. None: all of them (no concurrency change was asked)."""
 
 
 class LoadGenerator:
@@ -99,6 +102,11 @@ class LoadGenerator:
         self._issuing.set()  # cleared while the operator pauses issuing
         self.tasks: list[asyncio.Task[None]] = []
         self._ready_or_failed = 0
+        self._target = plan.concurrency
+        """Workers with an index at or above it are parked (``set_concurrency``)."""
+        self._wake: list[asyncio.Event] = []
+        """One per worker created: set while its index is below the target."""
+        self._created_at_release = 0
         self.on_issue_end: Callable[[], None] | None = None
         """Called once when the issue window closes (the drain begins)."""
 
@@ -110,11 +118,7 @@ class LoadGenerator:
         Returns True when all ``concurrency`` workers started.
         """
         for i in range(self.plan.concurrency):
-            try:
-                self.tasks.append(asyncio.create_task(self._worker(i), name=f"worker-{i}"))
-            except (RuntimeError, MemoryError) as e:  # pragma: no cover - resource exhaustion
-                self.state.start_failures[f"{type(e).__name__}: {e}"] += 1
-                self._mark_ready_or_failed()
+            self._spawn(i)
         ready = asyncio.ensure_future(self._all_ready.wait())
         stop = asyncio.ensure_future(self._stop.wait())
         await asyncio.wait(
@@ -127,6 +131,18 @@ class LoadGenerator:
             self.state.start_failures["not ready before the barrier timeout"] += missing
         return self.state.workers_started == self.plan.concurrency
 
+    def _spawn(self, index: int) -> None:
+        """Create worker ``index`` (its warm-up GET first, a failure counted)."""
+        wake = asyncio.Event()
+        if index < self._target:
+            wake.set()
+        self._wake.append(wake)
+        try:
+            self.tasks.append(asyncio.create_task(self._worker(index), name=f"worker-{index}"))
+        except (RuntimeError, MemoryError) as e:  # pragma: no cover - resource exhaustion
+            self.state.start_failures[f"{type(e).__name__}: {e}"] += 1
+            self._mark_ready_or_failed()
+
     def _mark_ready_or_failed(self) -> None:
         self._ready_or_failed += 1
         if self._ready_or_failed >= self.plan.concurrency:
@@ -137,6 +153,7 @@ class LoadGenerator:
     async def run(self) -> None:
         """Open the barrier, issue until the window closes or stop is asked, then drain."""
         self.state.barrier_released_ns = self._clock_ns()
+        self._created_at_release = len(self.tasks)
         self._release.set()
         stop_wait = asyncio.create_task(self._stop.wait())
         waiters: set[asyncio.Future[object]] = {stop_wait}  # type: ignore[arg-type]
@@ -153,6 +170,10 @@ class LoadGenerator:
         for w in waiters:
             if w is not workers_done:
                 w.cancel()
+        if len(self.tasks) > self._created_at_release:  # a live raise added workers
+            workers_done = asyncio.ensure_future(
+                asyncio.gather(*self.tasks, return_exceptions=True)
+            )
         await self._drain(workers_done)
         for outcome in workers_done.result():
             if isinstance(outcome, Exception):
@@ -227,6 +248,49 @@ class LoadGenerator:
         """Issue again after :meth:`pause`."""
         self._issuing.set()
 
+    def set_concurrency(self, n: int) -> None:
+        """Closed loop: let ``n`` workers issue. Workers ``n`` and above park at their next
+        request (one in flight finishes; a parked worker waits on an event, not a loop)
+        and wake, in index order, as ``n`` rises again; ``n`` above the workers created
+        starts new ones once the barrier has released (each proves its connection first,
+        a failure counted in ``start_failures``). Before the release it only sets the
+        target the load starts at."""
+        if n < 0:
+            raise ValueError(f"concurrency must be 0 or more, not {n}")
+        self._target = n
+        self.state.target = n
+        for i, wake in enumerate(self._wake):
+            if i < n:
+                wake.set()
+        if self._release.is_set() and not self._stop.is_set() and n > len(self._wake):
+            self.state.requested = n
+            for i in range(len(self._wake), n):
+                self._spawn(i)
+
+    @property
+    def concurrency_target(self) -> int:
+        """The workers allowed to issue now (all of them until ``set_concurrency``)."""
+        return self._target
+
+    @property
+    def active_workers(self) -> int:
+        """Started workers allowed to issue: what in-flight shortfall compares against
+        (a parked worker is the plan, not a shortfall)."""
+        return min(self._target, self.state.workers_started)
+
+    async def _park(self, index: int) -> None:
+        """Wait while worker ``index`` is at or above the target (or until stop)."""
+        wake = self._wake[index]
+        while index >= self._target and not self._stop.is_set():
+            wake.clear()
+            stop = asyncio.ensure_future(self._stop.wait())
+            woken = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait({stop, woken}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+                woken.cancel()
+
     @property
     def paused(self) -> bool:
         """True between :meth:`pause` and :meth:`resume`."""
@@ -255,14 +319,16 @@ class LoadGenerator:
         self._mark_ready_or_failed()
         await self._release.wait()
         prefix = self.plan.request_id_prefix
-        source = self.source
+        plan_request = self._plan_request
         fast_failures = 0
         while True:
             if not self._issuing.is_set():
                 await self._wait_while_paused()
+            if index >= self._target:
+                await self._park(index)
             if (seq := self._next_seq()) is None:
                 break
-            req = source.request(seq)
+            req = plan_request(index, seq)
             result = RequestResult(
                 request_id=f"{prefix}/{seq}",
                 worker=index,
@@ -271,6 +337,8 @@ class LoadGenerator:
                 max_tokens=req.max_tokens,  # usage above it is impossible
                 workload_class=req.workload_class,
                 step=self.step,
+                session=req.session,
+                turn=req.turn,
             )
             self.state.in_flight += 1
             try:
@@ -290,6 +358,21 @@ class LoadGenerator:
                 await self._back_off(fast_failures)
             else:
                 fast_failures = 0
+            if self.between_requests:
+                await self._between_requests(index, result)
+
+    def _plan_request(self, worker: int, seq: int) -> PlannedRequest:
+        """What worker ``worker`` sends as request ``seq``: the source's (a conversation
+        sends its session's next turn instead, :mod:`loadgen.conversation`)."""
+        del worker  # every worker sends from the same source
+        return self.source.request(seq)
+
+    between_requests: ClassVar[bool] = False
+    """A subclass that waits between a worker's requests (:meth:`_between_requests`)."""
+
+    async def _between_requests(self, worker: int, result: RequestResult) -> None:
+        """After a result is journaled, before the worker's next request (a conversation's
+        think time); not called unless ``between_requests``, so it costs the rest nothing."""
 
     async def _back_off(self, consecutive: int) -> None:
         """Pause 50 ms, 100 ms, ... up to ``backoff_max_s`` after failures that came before
