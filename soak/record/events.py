@@ -33,6 +33,7 @@ EventKind = Literal[
     "health",  # endpoint health changed
     "mark",  # operator mark with a note
     "control",  # stop / abort / pause asked (signal or control file)
+    "step",  # a load step began (stages, sweep, a live change): data.step is its LoadStep
     "verdict",  # the final status
 ]
 

@@ -331,4 +331,9 @@ def request_line(r: RequestResult, origin_ns: int, phase: str = "load") -> bytes
         line["workload_class"] = r.workload_class
     if r.step is not None:  # a load with steps only (stages, sweep, live changes)
         line["step"] = r.step
+    if r.turn is not None:  # a conversation load only (--turns)
+        line["session"] = r.session
+        line["turn"] = r.turn
+        if r.answer_truncated:  # the next turn's history holds only the answer's head
+            line["answer_truncated"] = True
     return orjson.dumps(line)

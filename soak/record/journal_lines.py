@@ -67,7 +67,9 @@ class RequestLine(JournalLine, AbsentUnlessSet):
     from ``sent`` (``ttfb_s``, ``ttft_s``, ``first_content_s``, ``e2e_s``). ``None``: it
     did not happen, or the server did not say (never 0)."""
 
-    absent_unless_set = frozenset({"sanity", "intended_s", "workload_class", "step"})
+    absent_unless_set = frozenset(
+        {"sanity", "intended_s", "workload_class", "step", "session", "turn", "answer_truncated"}
+    )
 
     id: str
     phase: str
@@ -107,6 +109,15 @@ class RequestLine(JournalLine, AbsentUnlessSet):
     step: int | None = None
     """A load with steps only (``--stages``, ``--sweep``, live changes): the 0-based step
     the request was sent in (``record.steps[step]``). Absent otherwise."""
+    session: int | None = None
+    """A conversation load only (``--turns``): the session's number (0-based, in start
+    order; ``loadgen.conversation``). Absent otherwise."""
+    turn: int | None = None
+    """A conversation load only: the turn within its session, 1-based (``record.turns``).
+    Absent otherwise."""
+    answer_truncated: bool = False
+    """A conversation's answer past the client's 64 KiB bound (``loadgen.answer_text``):
+    the next turn's history held only its head. Written only when true."""
 
 
 # --- events.jsonl: the data of the kinds recover and verify read ----------------------------

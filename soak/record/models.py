@@ -48,10 +48,17 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from loadgen.stats import LatencyStats
 from probes.gates import SuiteGate
 from soak.record.endurance import Endurance, WindowFigures
 from soak.record.gpu_telemetry import GpuIdentity
+from soak.record.load_slices import LoadStep as LoadStep
+from soak.record.load_slices import SessionFigures as SessionFigures
+from soak.record.load_slices import StepOrigin as StepOrigin
+from soak.record.load_slices import SweepResult as SweepResult
+from soak.record.load_slices import TurnFigures as TurnFigures
+from soak.record.load_slices import WorkloadClassFigures as WorkloadClassFigures
+from soak.record.load_summary import OPEN_LOOP_FIELDS as OPEN_LOOP_FIELDS
+from soak.record.load_summary import LoadSummary as LoadSummary
 from soak.record.matrix import MatrixSummary
 from soak.record.recipe import Recipe
 from soak.record.sections import (
@@ -175,169 +182,6 @@ class Identity(AbsentUnlessSet):
     is each endpoint's ``recipe``: ``soak.record.recipe.recipe_facts`` joins them."""
 
 
-OPEN_LOOP_FIELDS = (
-    "offered_rate",
-    "achieved_rate",
-    "lateness_s",
-    "ttft_from_intended_s",
-    "e2e_from_intended_s",
-    "held_by_cap",
-)
-"""The load summary's open-loop figures (``--arrival constant|poisson|gamma`` only)."""
-
-
-class LoadSummary(AbsentUnlessSet):
-    """The load phase: recomputable from ``requests.jsonl`` plus the timing fields."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    absent_unless_set: ClassVar[frozenset[str]] = frozenset(
-        {"sanity_checked", "sanity_by_flag", "sanity_flagged", *OPEN_LOOP_FIELDS}
-    )
-    """Written only by a load that checked its responses (schema 1.2, not ``--no-sanity``):
-    an older record, or an unchecked run, reads as ``sanity_checked`` False. The open-loop
-    figures (schema 1.3) only by an open-loop load: a closed loop has no schedule."""
-
-    requested_concurrency: int
-    workers_started: int
-    worker_start_failures: dict[str, int] = Field(default_factory=dict)
-    barrier_released: bool
-    barrier_released_at: str | None = None
-    """UTC wall time the issue window opened."""
-    barrier_wait_s: float | None = None
-    issued: int = 0
-    """Requests issued in the judged window (a soak warm-up's are journaled apart)."""
-    completed: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    """In-flight requests soaktop cut (see ``cancel_cause``); journaled with partial timings."""
-    cancel_cause: str | None = None
-    """``drain deadline`` (the server did not finish them in time) or ``abort`` (operator)."""
-    backoffs: int = 0
-    """Pauses workers took after failures that came before any token (see config
-    failure_backoff_max_s): the load was deliberately lighter than requested then."""
-    worker_errors: dict[str, int] = Field(default_factory=dict)
-    """Workers lost to an exception inside soaktop (the load ran with fewer workers)."""
-    failures_by_class: dict[str, int] = Field(default_factory=dict)
-    issue_start_s: float | None = None
-    """Seconds since the run origin when the barrier released (the issue window opened)."""
-    issue_end_s: float | None = None
-    """Seconds since the run origin when issuing stopped."""
-    issue_s: float | None = None
-    """Issue window: barrier release → stop issuing."""
-    drain_s: float | None = None
-    elapsed_s: float | None = None
-    """issue_s + drain_s: the throughput denominator."""
-    stop_reason: str | None = None
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    usage_missing: int = 0
-    """Successful requests without a usage block (their tokens are unknown, not estimated)."""
-    usage_disagrees: int = 0
-    """Successful requests that streamed more token-carrying chunks than
-    ``usage.completion_tokens`` + 2 can explain (``loadgen.outcome.usage_disagrees``): the
-    usage looks wrong. A note; the totals still use usage as reported."""
-    usage_disagrees_example: str | None = None
-    """The first such request: its id, chunks and completion tokens."""
-    empty_answers: int = 0
-    """Successful requests with no token-carrying chunk: the server said the generation
-    finished after ≥ 1 completion token (a model that ends at once). Not failures, counted
-    so that a server answering everything with nothing shows."""
-    stale_connection_retries: int = 0
-    """Requests resent once on a fresh connection: the pooled connection they were first
-    written to had been closed by the server, before any response byte (see README)."""
-    sanity_checked: bool = False
-    """The load's responses were checked for sanity (``loadgen.sanity``; off with
-    ``--no-sanity``, and in records older than the checks): without it the two counts
-    below say nothing, not "0 degenerate"."""
-    sanity_by_flag: dict[str, int] = Field(default_factory=dict)
-    """Completed load responses per sanity flag (one response may have several)."""
-    sanity_flagged: int = 0
-    """Completed load responses with at least one sanity flag."""
-    output_tokens_per_s: float | None = None
-    """output_tokens / elapsed_s (drain included)."""
-    output_tokens_per_s_issue_window: float | None = None
-    """Output tokens of the judged requests that finished inside the issue window
-    (``end_s`` ≤ ``issue_end_s``; a judged request is sent inside it, so each counted one
-    lies wholly inside) ÷ ``issue_s``. A request still in flight when issuing stopped adds
-    nothing, not even the tokens it had received by then: this counts requests finished in
-    the window, not tokens received in it (the journal has no per-token counts)."""
-    requests_per_s: float | None = None
-    """completed / elapsed_s."""
-    ttft_s: LatencyStats = Field(default_factory=LatencyStats)
-    e2e_s: LatencyStats = Field(default_factory=LatencyStats)
-    itl_s: LatencyStats = Field(default_factory=LatencyStats)
-    tpot_s: LatencyStats = Field(default_factory=LatencyStats)
-    ttfb_s: LatencyStats = Field(default_factory=LatencyStats)
-    """Time to the response headers."""
-    first_content_s: LatencyStats = Field(default_factory=LatencyStats)
-    """Time to the first visible content (differs from TTFT for reasoning models)."""
-    input_tokens_mean: float | None = None
-    """Actual input tokens per request (server usage), beside the pool's nominal figure."""
-    offered_rate: float | None = None
-    """Open loop: the schedule's arrivals in the judged window ÷ ``issue_s`` (``--rate``
-    is its mean; a Poisson count strays from it by chance)."""
-    achieved_rate: float | None = None
-    """Open loop: requests sent in the issue window ÷ ``issue_s``."""
-    lateness_s: LatencyStats = Field(default_factory=LatencyStats)
-    """Open loop: actual send − intended send (the client's, or the cap's, lateness)."""
-    ttft_from_intended_s: LatencyStats = Field(default_factory=LatencyStats)
-    """Open loop: intended send → first token, lateness included (no coordinated
-    omission: a request the client sent late still counts from when it was due)."""
-    e2e_from_intended_s: LatencyStats = Field(default_factory=LatencyStats)
-    """Open loop: intended send → stream end."""
-    held_by_cap: int | None = None
-    """Open loop: arrivals that found ``max_in_flight`` requests in flight and waited."""
-
-
-StepOrigin = Literal["stage", "sweep", "live"]
-"""Where a load step came from: a ``--stages`` stage, a ``--sweep`` step, or a live change
-of rate or concurrency (the monitor's keys, ``soaktop control``)."""
-
-
-class LoadStep(AbsentUnlessSet):
-    """One step of a load whose target changes during the run (schema 1.4): its span, its
-    target, and the figures of the requests sent in it (journal lines ``step == index``)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    index: int
-    """0-based, in time order; the journal lines' ``step``."""
-    origin: StepOrigin
-    label: str
-    """In words: ``stage 2: 10 → 40 req/s over 120 s``, ``rate=20``, ``live: concurrency 48``."""
-    start_s: float
-    """Seconds since the run origin: the step's first moment (the previous one's end)."""
-    end_s: float | None = None
-    """The next step's start, or the issue window's end (None while the step runs)."""
-    rate_start: float | None = None
-    """Open loop: the target rate (requests/s) at the step's start."""
-    rate_end: float | None = None
-    """Open loop: the target at its end (differs from ``rate_start`` on a linear ramp)."""
-    concurrency_start: int | None = None
-    """Closed loop: the target concurrency at the step's start."""
-    concurrency_end: int | None = None
-    """Closed loop: the target at its end (a ramp adds or parks workers along it)."""
-    settle_s: float = 0.0
-    """The head of the step left out of its figures (a sweep's settle time): its requests
-    are journaled with the step and judged nowhere but the whole load's figures."""
-    load: LoadSummary | None = None
-    """The step's figures (:func:`soak.record.summary.summarize_load` sliced to the step
-    after its settle); None while it runs."""
-
-
-class WorkloadClassFigures(BaseModel):
-    """One class of a mixed load (``--mix``, schema 1.4): its share and its own figures
-    (journal lines ``workload_class == name``); the classes' counts sum to the load's."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    name: str
-    weight: float
-    """The class's weight as the mix file gave it (its share is weight ÷ the sum)."""
-    load: LoadSummary
-
-
 class ClientHealth(BaseModel):
     """Was the client able to hold the load? Measured, not assumed."""
 
@@ -376,7 +220,7 @@ class RunRecord(AbsentUnlessSet):
     model_config = ConfigDict(extra="forbid")
 
     absent_unless_set: ClassVar[frozenset[str]] = frozenset(
-        {"windows", "endurance", "caveats", "steps", "classes"}
+        {"windows", "endurance", "caveats", "steps", "classes", "turns", "sessions", "sweep"}
     )
     """Keys a record older than 1.2 lacks: written back only when given, so reading and
     writing an older record invents nothing."""
@@ -431,6 +275,13 @@ class RunRecord(AbsentUnlessSet):
     classes: list[WorkloadClassFigures] = Field(default_factory=list)
     """A mixed load (``--mix``): each workload class's figures (schema 1.4; absent for a
     load of one class)."""
+    turns: list[TurnFigures] = Field(default_factory=list)
+    """A conversation load (``--turns``): each turn's figures (schema 1.4; else absent)."""
+    sessions: SessionFigures | None = None
+    """A conversation load: what its sessions became (schema 1.4; else absent)."""
+    sweep: SweepResult | None = None
+    """A sweep (``--sweep``): its SLO and knee; each step's goodput is in ``steps``
+    (schema 1.4; else absent)."""
     phases: list[PhaseSpan] = Field(default_factory=list)
     started_at: str
     ended_at: str

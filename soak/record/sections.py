@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import ConfigDict
 
 from soak.record.shape import Section
+from soak.record.trace_facts import TraceFacts
 
 # --- identity ----------------------------------------------------------------------------
 
@@ -34,7 +35,7 @@ class RecordCaveat(Section):
     code: str
     """Stable machine name: ``prompt_pool_cycled``, ``closed_loop`` / ``open_loop``,
     ``drain_in_denominator``,
-    ``one_run``, ``output_length_natural`` / ``output_length_fixed``,
+    ``one_run``, ``output_length_natural`` / ``output_length_fixed``, ``trace_replay``,
     ``concurrency_not_occupancy``, ``temperature_server_default``, ``warmup_excluded``,
     ``matrix_scout`` (``soak.judge.config_caveats``)."""
     message: str
@@ -45,7 +46,7 @@ class PromptPoolFacts(Section):
     run had no pool (a gates-only run)."""
 
     absent_unless_set = frozenset(
-        {"source", "size", "sha256", "unique_prefix", "nominal_input_tokens_mean"}
+        {"source", "size", "sha256", "unique_prefix", "nominal_input_tokens_mean", "trace"}
     )
 
     source: str | None = None
@@ -54,6 +55,8 @@ class PromptPoolFacts(Section):
     sha256: str | None = None
     unique_prefix: bool | None = None
     nominal_input_tokens_mean: float | None = None
+    trace: TraceFacts | None = None
+    """A trace replay's file and calibration (``--arrival trace:FILE`` only)."""
 
 
 class HostFacts(Section):

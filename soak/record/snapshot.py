@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loadgen.live import ThroughputView
+from loadgen.stats import LatencyStats
 from soak.record.endurance import EnduranceView
 from soak.record.events import Event
 from soak.record.models import SCHEMA_VERSION, Reason, read_schema_version
@@ -139,14 +140,102 @@ class MatrixProgress(BaseModel):
         return min(1.0, (self.cell + of_cell) / self.cells)
 
 
+class OpenLoopNow(BaseModel):
+    """An open-loop load's schedule against what the client sent (schema 1.4; only an
+    open-loop run's snapshots carry it). Rates are per second over the last window and
+    over the whole load so far."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arrival: str
+    """The arrival model: constant, poisson or gamma."""
+    rate: float
+    """The schedule's target now, requests/s (``--rate``, or the step's)."""
+    max_in_flight: int
+    """The cap on requests in flight."""
+    in_flight: int = 0
+    in_flight_peak: int = 0
+    held_by_cap: int = 0
+    """Arrivals so far that found the cap full and waited for a slot (sent late)."""
+    skipped_paused: int = 0
+    """Arrivals so far whose time fell in an operator's pause (not sent)."""
+    offered_window_per_s: float | None = None
+    """The schedule's arrivals due in the last window ÷ its span (None: the schedule was
+    changed live, so it cannot be redrawn from the config: ``rate`` says the target)."""
+    achieved_window_per_s: float | None = None
+    """Requests sent in the last window ÷ its span."""
+    offered_per_s: float | None = None
+    """The schedule's arrivals due since the window opened ÷ the time since."""
+    achieved_per_s: float | None = None
+    """Requests sent since the window opened ÷ the time since."""
+    lateness_window_s: LatencyStats = Field(default_factory=LatencyStats)
+    """Sent − intended of the requests that finished in the last window."""
+    lateness_s: LatencyStats = Field(default_factory=LatencyStats)
+    """Sent − intended of every request finished so far."""
+
+
+class StepNow(BaseModel):
+    """One step of a load whose target changes (the record's ``LoadStep``, so far)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    label: str
+    origin: str
+    """stage, sweep or live."""
+    start_s: float
+    rate: float | None = None
+    """Open loop: the step's target (at its end, for a ramp)."""
+    concurrency: int | None = None
+    """Closed loop: the step's target (at its end, for a ramp)."""
+    completed: int = 0
+    """Requests of this step completed so far (settle included)."""
+
+
+class StepsNow(BaseModel):
+    """Where a stepped load stands (schema 1.4; only a run with steps carries it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    current: int
+    """The running step's index (the last one once the load ended)."""
+    planned: int | None = None
+    """Steps a sweep or stages plan (None: open-ended, live steps)."""
+    settle_left_s: float | None = None
+    """Of the current step's settle time, what is left (None: settled, or none)."""
+    steps: list[StepNow] = Field(default_factory=list)
+
+    def where(self) -> str:
+        """``step 3/5 rate=20 · settle 4 s left`` (the monitor's header) or, once
+        settled, ``step 3/5 rate=20 · 812 done``."""
+        step = next((s for s in self.steps if s.index == self.current), None)
+        of = f"/{self.planned}" if self.planned else ""
+        head = f"step {self.current + 1}{of}"
+        if step is None:
+            return head
+        head += f" {step.label}"
+        if self.settle_left_s is not None and self.settle_left_s > 0:
+            return f"{head} · settle {self.settle_left_s:.0f} s left"
+        return f"{head} · {step.completed} done"
+
+    def fraction(self) -> float | None:
+        """How far the planned steps are (0–1; None when open-ended)."""
+        if not self.planned:
+            return None
+        return min(1.0, self.current / self.planned)
+
+
 class Snapshot(AbsentUnlessSet):
     """One line of snapshots.jsonl."""
 
     model_config = ConfigDict(extra="forbid")
 
-    absent_unless_set: ClassVar[frozenset[str]] = frozenset({"endurance", "matrix"})
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset(
+        {"endurance", "matrix", "open_loop", "steps"}
+    )
     """``endurance``: written once the first soak window closed (never by a 1.1 writer);
-    ``matrix``: only by a matrix run (never in a soak's snapshots)."""
+    ``matrix``: only by a matrix run (never in a soak's snapshots); ``open_loop``: only by
+    an open-loop run once its window opened; ``steps``: only by a run with load steps."""
 
     schema_version: str = SNAPSHOT_SCHEMA_VERSION
     """``MAJOR.MINOR``; 1.0 lines hold the integer 1 (read as ``"1.0"``)."""
@@ -170,6 +259,10 @@ class Snapshot(AbsentUnlessSet):
     matrix: MatrixProgress | None = None
     """A matrix run's progress: the cell, the repetition, its requests and the finished
     cells' medians (schema 1.3)."""
+    open_loop: OpenLoopNow | None = None
+    """An open-loop run's schedule against what was sent, lateness, the cap (schema 1.4)."""
+    steps: StepsNow | None = None
+    """A stepped load's current step and each step's progress (schema 1.4)."""
     events: list[Event] = Field(default_factory=list)
     """Events since the previous snapshot."""
     status: str = "running"

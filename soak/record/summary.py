@@ -42,8 +42,9 @@ class LoadTiming:
     """The client checked every completed response (``RunConfig.sanity_checks``)."""
     offered_rate: float | None = None
     """Open loop: the schedule's rate, requests/s (None: the closed loop)."""
-    held_by_cap: int = 0
-    """Open loop: arrivals that waited for a slot under ``max_in_flight``."""
+    held_by_cap: int | None = 0
+    """Open loop: arrivals that waited for a slot under ``max_in_flight`` (None: not known,
+    a recovered run whose snapshots never said)."""
 
     @classmethod
     def from_summary(cls, s: LoadSummary) -> LoadTiming:
@@ -70,7 +71,7 @@ class LoadTiming:
             worker_errors=dict(s.worker_errors),
             sanity_checked=s.sanity_checked,
             offered_rate=s.offered_rate,
-            held_by_cap=s.held_by_cap or 0,
+            held_by_cap=s.held_by_cap if s.offered_rate is not None else 0,
         )
 
 
@@ -182,9 +183,7 @@ def _tally(
     lat: dict[str, list[float]] = {k: [] for k in ("ttft", "e2e", "tpot", "ttfb", "fc")}
     itl: list[np.ndarray] = []
     for line in read_jsonl(requests_path):
-        if line.get("phase", "load") != "load":
-            continue
-        if keep is not None and not keep(line):
+        if line.get("phase", "load") != "load" or (keep is not None and not keep(line)):
             continue
         if visit is not None:
             visit(line)

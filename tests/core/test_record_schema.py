@@ -99,8 +99,9 @@ def test_the_schema_requires_what_the_writer_always_writes() -> None:
     assert defs["RecordTelemetry"].get("required") is None  # every section is optional
     top = schema_of(RunRecord)
     assert top["properties"]["schema_version"]["default"] == SCHEMA_VERSION
-    # steps and classes (1.4) are written only by a load that has them
-    assert set(top["required"]) == set(RunRecord.model_fields) - {"steps", "classes"}
+    # steps, classes, turns, sessions and sweep (1.4): only by a load that has them
+    optional = {"steps", "classes", "turns", "sessions", "sweep"}
+    assert set(top["required"]) == set(RunRecord.model_fields) - optional
 
 
 def test_an_engine_view_declares_every_vocabulary_key() -> None:

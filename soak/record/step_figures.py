@@ -1,0 +1,173 @@
+"""Each load step's figures from the journal: finalize, verify and recover share them.
+
+A step's figures are :func:`soak.record.summary.summarize_load` sliced to its requests.
+Closed loop: the journal's load lines whose ``step`` is the step's index (the step the
+worker sent it in), sent after its settle time; a line without ``step`` counts as step 0
+(a run without a plan stamps its requests only from the first live change on, so the
+load before it is step 0). Open loop: the lines whose *intended* time falls in the step's
+judged span — the step whose schedule asked for the request, as the offered rate counts
+it; a request sent late past a boundary is that step's lateness, not the next step's
+load (its ``step`` stamp says when it was sent).
+
+Each step is measured over its own span, ``start_s + settle_s`` (or the warm-up's end,
+if later) to ``end_s``, with no drain: its rates are per second of the step, and the tail
+of a request still in flight at the boundary counts for the step it was sent in. The
+counters the journal cannot tell — the open loop's offered rate (its schedule's arrivals
+in the span ÷ the span) and the arrivals held by the cap — come from the run
+(:class:`StepCounts`) and, for ``verify``, from the record's own step figures, as the
+whole load's timing does (:meth:`LoadTiming.from_summary`).
+
+``goodput`` is the step's good requests ÷ its span; what a good request is comes from
+the room above (:mod:`soak.judge.goodput`, the ``--slo``) as a predicate on a line.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from loadgen.stats import PercentileMethod
+from soak.record.models import LoadStep, SweepResult
+from soak.record.summary import LoadTiming, summarize_load
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """What only the run knows of one step."""
+
+    offered_rate: float | None = None
+    """Open loop: the schedule's arrivals in the step's span ÷ the span (None: closed)."""
+    held_by_cap: int = 0
+    backoffs: int = 0
+
+
+def counts_from_record(steps: Sequence[LoadStep]) -> list[StepCounts]:
+    """The run-only counters as the record's steps hold them (for ``verify``)."""
+    return [
+        StepCounts(s.load.offered_rate, s.load.held_by_cap or 0, s.load.backoffs)
+        if s.load is not None
+        else StepCounts()
+        for s in steps
+    ]
+
+
+def judged_span(step: LoadStep, whole: LoadTiming) -> tuple[float, float] | None:
+    """The step's judged span (run seconds): after its settle and the warm-up, to its
+    end; None while it has no end."""
+    if step.end_s is None:
+        return None
+    lo = step.start_s + step.settle_s
+    if whole.issue_start_s is not None:
+        lo = max(lo, whole.issue_start_s)  # the warm-up's requests are not the step's
+    return min(lo, step.end_s), step.end_s
+
+
+def step_timing(
+    step: LoadStep, whole: LoadTiming, counts: StepCounts, last: bool
+) -> LoadTiming | None:
+    """The step's own :class:`LoadTiming` (None while it has no end)."""
+    span = judged_span(step, whole)
+    if span is None:
+        return None
+    lo, hi = span
+    concurrency = [c for c in (step.concurrency_start, step.concurrency_end) if c is not None]
+    return replace(
+        whole,
+        requested_concurrency=max(concurrency) if concurrency else whole.requested_concurrency,
+        issue_start_s=lo,
+        issue_end_s=hi,
+        drain_end_s=hi,
+        issued=0,  # counted from the step's lines below
+        stop_reason=whole.stop_reason if last else None,
+        backoffs=counts.backoffs,
+        worker_errors={},
+        offered_rate=counts.offered_rate if whole.offered_rate is not None else None,
+        held_by_cap=counts.held_by_cap,
+    )
+
+
+def step_figures(
+    requests_path: Path,
+    steps: Sequence[LoadStep],
+    whole: LoadTiming,
+    method: PercentileMethod,
+    counts: Sequence[StepCounts],
+    good: Callable[[dict[str, Any]], bool],
+) -> list[LoadStep]:
+    """Every step with its figures and goodput, ``good`` saying which of its lines count
+    (one journal pass per step: a load has a handful of steps, a live exploration tens)."""
+    out: list[LoadStep] = []
+    for step, c in zip(steps, counts, strict=True):
+        timing = step_timing(step, whole, c, last=step is steps[-1])
+        if timing is None:
+            out.append(step.model_copy(update={"load": None, "goodput": None}))
+            continue
+        tally = _GoodTally(good)
+        load = summarize_load(
+            requests_path, timing, method, visit=tally, keep=_keep(step.index, timing)
+        )
+        load = load.model_copy(update={"issued": load.completed + load.failed + load.cancelled})
+        rate = tally.good / load.issue_s if load.issue_s else None
+        out.append(step.model_copy(update={"load": load, "goodput": rate}))
+    return out
+
+
+class _GoodTally:
+    """A journal visitor counting the lines ``good`` keeps."""
+
+    __slots__ = ("good", "is_good")
+
+    def __init__(self, is_good: Callable[[dict[str, Any]], bool]) -> None:
+        self.is_good = is_good
+        self.good = 0
+
+    def __call__(self, line: dict[str, Any]) -> None:
+        if self.is_good(line):
+            self.good += 1
+
+
+def _keep(index: int, timing: LoadTiming) -> Callable[[dict[str, Any]], bool]:
+    """The step's lines (see the module docstring): scheduled in its span, or stamped
+    ``index`` (no stamp: step 0) and sent after its settle."""
+    lo = timing.issue_start_s or 0.0
+    hi = timing.issue_end_s if timing.issue_end_s is not None else float("inf")
+
+    def keep(line: dict[str, Any]) -> bool:
+        at = line.get("intended_s")
+        if at is not None:
+            return lo <= float(at) < hi
+        return line.get("step", 0) == index and float(line["sent_s"]) >= lo
+
+    return keep
+
+
+def steps_from_events(
+    events: Iterable[Mapping[str, Any]], issue_end_s: float | None
+) -> list[LoadStep]:
+    """The steps a run announced (its ``step`` events, each holding its
+    :class:`LoadStep`), each ended by the next one's start, the last by the issue
+    window's end: how ``recover`` finds the steps of a run that wrote no record."""
+    steps = [
+        LoadStep.model_validate(ev["data"]["step"])
+        for ev in events
+        if ev.get("kind") == "step" and isinstance(ev.get("data", {}).get("step"), dict)
+    ]
+    for before, after in itertools.pairwise(steps):
+        before.end_s = after.start_s
+    if steps and issue_end_s is not None:
+        steps[-1].end_s = max(issue_end_s, steps[-1].start_s)
+    return steps
+
+
+def step_sections(steps: Sequence[LoadStep], sweep: SweepResult | None) -> dict[str, Any]:
+    """The record's ``steps`` and ``sweep`` keys, only those a load has (a load without
+    steps writes neither: its record stays as it was)."""
+    out: dict[str, Any] = {}
+    if steps:
+        out["steps"] = list(steps)
+    if sweep is not None:
+        out["sweep"] = sweep
+    return out
