@@ -73,6 +73,16 @@ def _loop_caveat(config: Mapping[str, Any], load: LoadSummary) -> RecordCaveat:
             "its last one ends — a concurrency level, not an arrival distribution; latency "
             "under bursts is not measured.",
         )
+    if config.get("arrival") == "trace":
+        scale = config.get("time_scale") or 1
+        return _caveat(
+            "trace_replay",
+            f"A replayed trace ({config.get('trace_file')}, time scale {scale:g}; its format, "
+            "hash and calibration are in identity.prompt_pool.trace): open-loop arrivals at "
+            "the trace's own times, latency from the intended send in ttft_from_intended_s "
+            "and e2e_from_intended_s; the prompts are synthetic text of the trace's token "
+            "counts, shared where its hash ids or prefixes say, not its content.",
+        )
     return _caveat(
         "open_loop",
         f"Open-loop {config.get('arrival')} arrivals at {config.get('rate')} req/s (one "

@@ -24,7 +24,15 @@ from soak.judge.limits import (
 from soak.judge.thresholds import Threshold, ThresholdState
 from soak.record.endurance import Endurance
 from soak.record.matrix import MatrixSummary
-from soak.record.models import ClientHealth, LoadSummary, PhaseSpan, Reason, Status
+from soak.record.models import (
+    ClientHealth,
+    LoadStep,
+    LoadSummary,
+    PhaseSpan,
+    Reason,
+    Status,
+    WorkloadClassFigures,
+)
 
 
 @dataclass
@@ -66,6 +74,11 @@ class RunFacts:
     matrix: MatrixSummary | None = None
     health: ClientHealth | None = None
     """The client's own health over the run (loop lag, CPU, in-flight shortfall)."""
+    steps: Sequence[LoadStep] = ()
+    """The load's steps with their figures (stages, sweep, live changes): each judged."""
+    classes: Sequence[WorkloadClassFigures] = ()
+    """A mix's classes with their figures (``--mix``): what ``class.<name>.*`` thresholds
+    are checked against."""
 
     # -- gates -----------------------------------------------------------------------------
     gates: dict[str, dict[str, SuiteGate]] = field(default_factory=dict)

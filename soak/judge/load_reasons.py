@@ -13,6 +13,8 @@ from soak.record.models import LoadSummary, Reason
 CLASS_WORDS = {
     "empty_stream": "HTTP 200 streams that ended with [DONE] but carried no output",
     "impossible_usage": "usage numbers that cannot be true, left out of the token totals",
+    "contract_error": "complete answers that broke their workload class's contract (JSON "
+    "schema, tool call): contract failures, not availability ones",
 }
 """Failure classes whose bare name does not say what happened: the reason adds the words."""
 

@@ -372,8 +372,24 @@ def _worst(items: list[object], key: str, how: Callable[[list[float]], float]) -
     return how(values) if values else None
 
 
+CLASS_PREFIX = "class."
+"""``class.<name>.<load metric>``: a load metric scoped to one workload class of a mix
+(:mod:`soak.judge.class_thresholds`)."""
+
+
+def class_scope(metric: str) -> tuple[str | None, str]:
+    """``(class name, load metric)`` of a class-scoped metric; ``(None, metric)`` else."""
+    if not metric.startswith(CLASS_PREFIX):
+        return None, metric
+    name, _, base = metric.removeprefix(CLASS_PREFIX).partition(".")
+    return name, base
+
+
 def why_no_data(metric: str) -> str:
     """Why a threshold's metric had no figure, in words for its reason."""
+    name, metric = class_scope(metric)
+    if name is not None:
+        return f"class {name!r}: {why_no_data(metric)}"
     if is_trend_metric(metric):
         return (
             "the window series judged no trend for it: too short a run, or no source "
@@ -411,6 +427,7 @@ def format_value(metric: str, value: float | None) -> str:
     """A metric's figure in its own units (latencies in ms/s, ratios in %)."""
     if value is None:
         return "no data"
+    metric = class_scope(metric)[1]
     if metric in TREND_METRICS:
         return _trend_value(metric, value)
     kind = METRICS[metric].kind if metric in METRICS else "count"

@@ -48,6 +48,7 @@ from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict
 
+from soak.judge.class_thresholds import CLASS_PREFIX, class_metric_info
 from soak.judge.threshold_metrics import (
     EXAMPLES,
     LATENCIES,
@@ -123,7 +124,7 @@ class ThresholdError(ValueError):
 _DURATION_UNITS = {"": 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 _NUMBER = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(\S*)$")
-_METRIC = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*")
+_METRIC = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*")  # "-": in a class's name
 
 
 class Threshold(BaseModel):
@@ -151,13 +152,16 @@ class Threshold(BaseModel):
 # --- parsing -------------------------------------------------------------------------
 
 
-def parse_threshold(text: str, *, gpu_telemetry: bool = False) -> Threshold:
+def parse_threshold(
+    text: str, *, gpu_telemetry: bool = False, classes: Sequence[str] | None = None
+) -> Threshold:
     """Parse ``METRIC OP VALUE[UNIT][,abort][,grace=DURATION]``; raise ThresholdError.
 
-    ``gpu_telemetry``: the run has a GPU source, so ``gpu.*`` metrics can have data."""
+    ``gpu_telemetry``: the run has a GPU source, so ``gpu.*`` metrics can have data;
+    ``classes``: its mix's class names, for ``class.<name>.*`` (None: any name)."""
     head, *options = text.split(",")
     metric, op, rest = _split_condition(text, head)
-    info = _metric_info(text, metric)
+    info = _metric_info(text, metric, classes)
     if info.needs_gpu_telemetry and not gpu_telemetry:
         raise _fail(text, NO_GPU_TELEMETRY)
     value = _parse_value(text, info, op, rest)
@@ -180,11 +184,13 @@ def parse_threshold(text: str, *, gpu_telemetry: bool = False) -> Threshold:
     )
 
 
-def parse_thresholds(texts: Sequence[str], *, gpu_telemetry: bool = False) -> list[Threshold]:
+def parse_thresholds(
+    texts: Sequence[str], *, gpu_telemetry: bool = False, classes: Sequence[str] | None = None
+) -> list[Threshold]:
     """Parse several expressions (``--threshold`` given repeatedly); duplicates are errors."""
     out: list[Threshold] = []
     for text in texts:
-        t = parse_threshold(text, gpu_telemetry=gpu_telemetry)
+        t = parse_threshold(text, gpu_telemetry=gpu_telemetry, classes=classes)
         if any(o.condition == t.condition for o in out):
             raise ThresholdError(f"threshold {text!r}: given twice; give each condition once")
         out.append(t)
@@ -216,11 +222,16 @@ def _known_metrics() -> str:
     others = ", ".join(m.name for m in OTHER_METRICS)
     return (
         f"known metrics: {'|'.join(LATENCIES)}.{{{','.join(STATS)}}}, {others}, "
-        "drift.<figure>, leak.<resource>"
+        "drift.<figure>, leak.<resource>, class.<name>.<load metric> (a --mix class)"
     )
 
 
-def _metric_info(text: str, metric: str) -> MetricInfo:
+def _metric_info(text: str, metric: str, classes: Sequence[str] | None = None) -> MetricInfo:
+    if metric.startswith(CLASS_PREFIX):
+        try:
+            return class_metric_info(metric, classes)
+        except ValueError as e:
+            raise _fail(text, str(e)) from None
     if metric in METRICS:
         return METRICS[metric]
     if metric in TREND_METRICS:

@@ -11,6 +11,7 @@ seen during it.
 from __future__ import annotations
 
 from probes.gates import PHASE_WORDS, GateFailure
+from soak.judge.class_thresholds import class_metrics
 from soak.judge.coverage import coverage_reasons
 from soak.judge.endurance_verdict import endurance_reasons
 from soak.judge.facts import Judgement, RunFacts
@@ -21,6 +22,7 @@ from soak.judge.rate_reasons import rate_reasons
 from soak.judge.reconcile import reconcile_reasons
 from soak.judge.sanity import sanity_reasons
 from soak.judge.soak_policy import defaults_applied, policy_states
+from soak.judge.step_reasons import step_reasons
 from soak.judge.thresholds import (
     ThresholdState,
     evaluate,
@@ -51,6 +53,7 @@ def judge(f: RunFacts) -> Judgement:
     reasons += (
         load_reasons(f.load, f.max_failures, f.aborted is not None)
         + rate_reasons(f.load)
+        + step_reasons(f.steps)
         + sanity_reasons(f.load, f.max_sanity_share)
         + gate_reasons(f)
         + _health_reasons(f)
@@ -88,7 +91,7 @@ def final_thresholds(f: RunFacts) -> list[ThresholdState]:
     """Each threshold checked against the record's figures, with the first live breach
     the watch saw, then the default soak policy's items that could be checked (the
     record's ``thresholds``)."""
-    metrics = metrics_from_record(f.load, f.telemetry, f.endurance)
+    metrics = metrics_from_record(f.load, f.telemetry, f.endurance) | class_metrics(f.classes)
     states = evaluate(f.thresholds, metrics, record_source(f.load))
     first = {s.expr: s.first_breach_s for s in f.threshold_live}
     states = [s.model_copy(update={"first_breach_s": first.get(s.expr)}) for s in states]

@@ -1,0 +1,79 @@
+"""Thresholds on one workload class of a mix: ``class.<name>.<load metric>``.
+
+Every load metric a threshold can name (the latencies' statistics, ``error_rate``,
+``failed``, ``completed``, ``output_tokens_per_s``, ``requests_per_s``) can be scoped to
+one class of ``--mix``: ``class.json.error_rate==0``, ``class.long.ttft.p99<5s``. The
+figure is the class's own, from the record's ``classes`` (each class's load summary:
+:mod:`soak.record.class_figures`), exact like the load's.
+
+Checked at the end only: the live histograms are kept for the whole load, not per class,
+so a class threshold has no live figure and refuses ``,abort`` (as ``ttfb.*`` does). A
+name the run's mix does not have is refused when the thresholds are parsed, naming the
+classes it has; a class threshold without a mix likewise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from soak.judge.threshold_metrics import (
+    CLASS_PREFIX,
+    LATENCIES,
+    METRICS,
+    STATS,
+    Figure,
+    MetricInfo,
+    class_scope,
+    metrics_from_record,
+)
+from soak.record.models import WorkloadClassFigures
+
+__all__ = ["CLASS_PREFIX", "LOAD_METRICS", "class_metric_info", "class_metrics"]
+
+LOAD_METRICS: dict[str, MetricInfo] = {n: m for n, m in METRICS.items() if not m.telemetry}
+"""The metrics a class can scope: the load's own, not the telemetry's (one server serves
+every class)."""
+NO_LIVE_CLASS = "per-class figures are kept only in the record, not in the live histograms"
+
+
+def class_metric_info(metric: str, classes: Sequence[str] | None) -> MetricInfo:
+    """The metric ``class.<name>.<load metric>``; raises ``ValueError`` with the words
+    when it is not one. ``classes``: the run's mix's class names (empty: no mix; None: not
+    known here, as when ``verify`` reads a record back, so any name is taken)."""
+    name, base = class_scope(metric)
+    if not name or not base:
+        raise ValueError(
+            f"{metric!r}: a class threshold is class.<name>.<metric>, e.g. class.json.error_rate"
+        )
+    if classes is not None and not classes:
+        raise ValueError(
+            f"{metric!r} names workload class {name!r}, but the run has no mix: class "
+            "thresholds need --mix FILE"
+        )
+    if classes is not None and name not in classes:
+        raise ValueError(
+            f"{metric!r}: the mix has no class {name!r}; its classes: {', '.join(classes)}"
+        )
+    info = LOAD_METRICS.get(base)
+    if info is None:
+        others = ", ".join(m.name for m in LOAD_METRICS.values() if m.kind != "latency")
+        raise ValueError(
+            f"{metric!r}: {base!r} is not a load metric a class can scope; use "
+            f"{'|'.join(LATENCIES)}.{{{','.join(STATS)}}} or {others}"
+        )
+    return replace(
+        info,
+        name=metric,
+        description=f"{info.description}, class {name} only",
+        no_live=NO_LIVE_CLASS,
+    )
+
+
+def class_metrics(classes: Sequence[WorkloadClassFigures]) -> dict[str, Figure]:
+    """Every class's load metrics from the record's ``classes``, by scoped name."""
+    out: dict[str, Figure] = {}
+    for c in classes:
+        figures = metrics_from_record(c.load, {})
+        out |= {f"{CLASS_PREFIX}{c.name}.{m}": figures.get(m) for m in LOAD_METRICS}
+    return out
