@@ -36,11 +36,17 @@ def _recipe_item(text: str) -> tuple[str, str]:
 # CLI flag → RunConfig field, for the flags shared by `run` and `demo`.
 _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--concurrency": {"type": int, "dest": "concurrency"},
-    "--arrival": {"dest": "arrival", "choices": ["closed", "constant", "poisson", "gamma"]},
+    "--arrival": {"dest": "arrival", "metavar": "closed|constant|poisson|gamma|trace:FILE"},
     "--rate": {"type": float, "dest": "rate", "metavar": "R"},
     "--burstiness": {"type": float, "dest": "burstiness", "metavar": "CV"},
     "--max-in-flight": {"type": int, "dest": "max_in_flight", "metavar": "N"},
     "--arrival-seed": {"type": int, "dest": "arrival_seed", "metavar": "N"},
+    "--time-scale": {"type": float, "dest": "time_scale", "metavar": "X"},
+    "--stages": {"dest": "stages", "metavar": "D:T,..."},
+    "--sweep": {"dest": "sweep", "metavar": "rate=R,...|concurrency=N,..."},
+    "--step-duration": {"type": float, "dest": "step_duration_s", "metavar": "S"},
+    "--settle": {"type": float, "dest": "settle_s", "metavar": "S"},
+    "--slo": {"dest": "slo", "metavar": "ttft<2s,..."},
     "--duration": {"type": float, "dest": "duration_s", "metavar": "S"},
     "--max-requests": {"type": int, "dest": "max_requests"},
     "--max-tokens": {"type": int, "dest": "max_tokens"},
@@ -48,6 +54,9 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--no-sanity": {"action": "store_const", "const": False, "dest": "sanity_checks"},
     "--prompts": {"type": Path, "dest": "prompts", "metavar": "FILE"},
     "--synthetic-input-tokens": {"type": int, "dest": "synthetic_input_tokens", "metavar": "N"},
+    "--mix": {"type": Path, "dest": "mix", "metavar": "FILE"},
+    "--turns": {"type": int, "dest": "turns", "metavar": "K"},
+    "--think-time": {"dest": "think_time_s", "metavar": "S"},
     "--pool-seed": {"type": int, "dest": "pool_seed"},
     "--label": {"dest": "label"},
     "--purpose": {"dest": "purpose"},
@@ -311,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     from soak.cli.scout import add_parser as add_scout  # after `run`: it takes run's flags
 
     add_scout(sub)
+    from soak.cli.control import add_parser as add_control
+
+    add_control(sub)
 
     verify = sub.add_parser("verify", help="recompute a record from its journals")
     verify.add_argument("run_dir", type=Path)

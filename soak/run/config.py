@@ -16,10 +16,12 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from soak.judge import limits
 from soak.run.config_checks import file_problem, log_problem, out_problem, url_problem, which
+from soak.run.config_mix import MixSpec, read_mix_value
+from soak.run.config_turns import MAX_TURNS, ThinkTime, turns_problem
 
 
 class ConfigError(ValueError):
@@ -64,9 +66,9 @@ class RunConfig(BaseModel):
     """Which streaming API the load uses: /v1/chat/completions or /v1/completions."""
     concurrency: int = Field(32, ge=1, le=100_000)
     """Closed-loop workers: each sends its next request when its last one ends."""
-    arrival: Literal["closed", "constant", "poisson", "gamma"] = "closed"
-    """closed (concurrency workers) or an open-loop schedule at rate: constant, poisson, or
-    gamma (bursty, with burstiness); see soak.run.config_arrival."""
+    arrival: Literal["closed", "constant", "poisson", "gamma", "trace"] = "closed"
+    """closed (concurrency workers), an open-loop schedule at rate: constant, poisson, or
+    gamma (bursty, with burstiness), or trace:FILE (a replay); see soak.run.config_arrival."""
     rate: float | None = Field(None, gt=0, le=100_000)
     """Open loop: requests per second the schedule offers (required there)."""
     burstiness: float | None = Field(None, gt=0, le=100)
@@ -76,6 +78,21 @@ class RunConfig(BaseModel):
     4 × rate × 60 s, 64 to 10,000)."""
     arrival_seed: int | None = Field(None, ge=0, le=2**63 - 1)
     """Open loop: seed of the arrival schedule (default: pool_seed)."""
+    trace_file: Path | None = None
+    """The trace replayed by arrival = "trace:FILE" (Mooncake, Azure, BurstGPT, soaktop)."""
+    time_scale: float | None = Field(None, gt=0, le=1_000_000)
+    """Trace replay: its times are divided by this (2: twice as fast; default 1)."""
+    stages: str | None = Field(None, max_length=8192)
+    """k6-style stages, "2m:10rps,10m:40rps" (open loop) or "1m:16,5m:64" (closed loop):
+    linear ramps from 0; the run lasts their sum (soak.run.config_steps)."""
+    sweep: str | None = Field(None, max_length=4096)
+    """Steps of one run, "rate=5,10,20,40" or "concurrency=4,8,16", ascending."""
+    step_duration_s: float | None = Field(None, gt=0, le=LONGEST_S)
+    """A sweep's step length (default: duration_s split evenly)."""
+    settle_s: float | None = Field(None, ge=0, le=LONGEST_S)
+    """A sweep step's head left out of its figures (default 10 s)."""
+    slo: str | None = Field(None, max_length=1024)
+    """Per-request objectives for each step's goodput, e.g. "ttft<2s,tpot<50ms"."""
     duration_s: float | None = Field(60.0, gt=0, le=LONGEST_S)
     """Issue window in seconds (the drain comes after it)."""
     max_requests: int | None = Field(None, ge=1, le=1_000_000_000)
@@ -113,6 +130,11 @@ class RunConfig(BaseModel):
     """Seed for the prompt order and synthetic text (match it across A/B/A arms)."""
     shared_prefix: bool = False
     """Synthetic prompts only: let requests share prefixes (by default each gets a unique one)."""
+    turns: int = Field(1, ge=1, le=MAX_TURNS)
+    """Turns per conversation (chat, closed loop; soak.run.config_turns): turn i + 1 sends
+    the history (the actual answers) plus the pool's next prompt; 1: single requests."""
+    think_time_s: ThinkTime = None
+    """Conversations: the wait from a turn's answer to the next turn (2, 2s, 500ms; 0)."""
     label: str = Field("run", pattern=NAME_PATTERN, max_length=64)
     """Short label in the run id, e.g. baseline-s32."""
     purpose: str = Field("soak", pattern=NAME_PATTERN, max_length=64)
@@ -241,6 +263,14 @@ class RunConfig(BaseModel):
     require_telemetry: list[str] = Field(default_factory=list, max_length=5)
     """Telemetry kinds that must cover the load (engine, gpu, health, log, host): one that
     answered less than half its expected samples FAILS the run (else it is a note)."""
+    mix: MixSpec | None = None
+    """A mixed load (--mix FILE): TOML [[class]] tables, each a workload class with a weight
+    and its own request fields (soak.run.config_mix); held as read. Unset: one class."""
+
+    @field_validator("mix", mode="before")
+    @classmethod
+    def _read_mix(cls, v: Any, info: ValidationInfo) -> Any:
+        return read_mix_value(v, info.data)  # the fields above it are validated: cross-checks
 
     @field_validator("require_telemetry", mode="before")
     @classmethod
@@ -321,23 +351,9 @@ class RunConfig(BaseModel):
     @field_validator("recipe", mode="before")
     @classmethod
     def _check_recipe(cls, v: Any) -> Any:
-        from soak.record.recipe import check_declared
+        from soak.run.config_public import declared_recipe
 
-        if not isinstance(v, dict):
-            return v  # pydantic's own error names the type
-        out: dict[str, str] = {}
-        for key, value in v.items():
-            if isinstance(value, bool):
-                value = str(value).lower()  # TOML's true, not Python's True
-            elif isinstance(value, float) or (isinstance(value, int) and value.bit_length() < 256):
-                value = str(value)
-            elif not isinstance(value, str):
-                raise ValueError(
-                    f"recipe {key}: {type(value).__name__} is not allowed; give one line of "
-                    "text, a number (at most 76 digits) or true/false"
-                )
-            out[check_declared(str(key).strip(), value.strip())] = value.strip()
-        return out
+        return declared_recipe(v)
 
     @field_validator("server_cmd_file")
     @classmethod
@@ -389,7 +405,8 @@ class RunConfig(BaseModel):
         from soak.judge.thresholds import ThresholdError, parse_thresholds
 
         try:
-            parse_thresholds(self.thresholds, gpu_telemetry=self.gpu_telemetry)
+            names = self.mix.names if self.mix is not None else ()  # class.<name>.* checked
+            parse_thresholds(self.thresholds, gpu_telemetry=self.gpu_telemetry, classes=names)
         except ThresholdError as e:
             raise ValueError(f"thresholds: {e}") from None
         return self
@@ -429,24 +446,26 @@ class RunConfig(BaseModel):
     @model_validator(mode="after")
     def _check_arrival(self) -> RunConfig:
         from soak.run.config_arrival import arrival_problem
+        from soak.run.config_steps import steps_problem  # first: steps set rate, duration
 
-        if (why := arrival_problem(self)) is not None:
+        why = steps_problem(self) or arrival_problem(self) or turns_problem(self)
+        if why is not None:
             raise ValueError(why)
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _split_trace(cls, data: Any) -> Any:
+        from soak.run.config_arrival import split_trace
+
+        return split_trace(data)
+
     @model_validator(mode="after")
     def _check_combinations(self) -> RunConfig:
-        if self.duration_s is None and self.max_requests is None:
-            raise ValueError("set duration_s or max_requests: the issue window needs an end")
-        if self.prompts is not None and self.synthetic_input_tokens is not None:
-            raise ValueError("prompts and synthetic_input_tokens are exclusive: choose one source")
-        if self.matrix is not None and (
-            self.prompts is not None or self.synthetic_input_tokens is not None
-        ):
-            raise ValueError(
-                "matrix builds its own synthetic prompts per cell: drop prompts and "
-                "synthetic_input_tokens"
-            )
+        from soak.run.config_public import combination_problem
+
+        if (why := combination_problem(self)) is not None:
+            raise ValueError(why)
         return self
 
     @property
@@ -470,22 +489,7 @@ class RunConfig(BaseModel):
 
     def public_dict(self) -> dict[str, Any]:
         """The config as written to the run directory (redacted when asked; a declared
-        fact whose key names a secret never: ``<secret>``)."""
-        from soak.record.redact_patterns import SECRET_MARK, scrub_secrets, secret_name
+        fact whose key names a secret never: ``<secret>``): :mod:`soak.run.config_public`."""
+        from soak.run.config_public import public_config
 
-        data = self.model_dump(mode="json")
-        data["recipe"] = {
-            k: SECRET_MARK if secret_name(k) else scrub_secrets(v) for k, v in self.recipe.items()
-        }
-        if self.redact:
-            data["endpoints"] = [f"<endpoint {i}>" for i in range(len(self.endpoints))]
-            data["out"] = "<redacted>"
-            if data["prompts"]:
-                data["prompts"] = "<redacted>"
-            data["api_key_env"] = "<redacted>" if data["api_key_env"] else None
-            data["suite_files"] = ["<redacted>" for _ in data["suite_files"]]
-            data["server_log"] = ["<redacted>" for _ in data["server_log"]]
-            data["server_cmd_file"] = "<redacted>" if data["server_cmd_file"] else None
-            data["server_log_cmd"] = ["<redacted>" for _ in data["server_log_cmd"]]
-            data["dcgm"] = [f"<dcgm {i}>" for i in range(len(data["dcgm"]))]
-        return data
+        return public_config(self)

@@ -118,6 +118,8 @@ _IN_WORDS = {
     "'-' (starting with a letter, at most 64 characters), a value of one line of at most "
     "500 characters",
     "server_cmd_file": "an existing, readable UTF-8 text file of at most 64 KiB, or unset",
+    "mix": "an existing TOML file of 1 to 64 [[class]] tables (name, weight and the class's "
+    "request fields: README, Mixed workloads), or unset",
 }
 
 

@@ -19,6 +19,7 @@ from soak.judge.faults import gpu_fault_events
 from soak.judge.limits import limits_from_config
 from soak.judge.reconcile import overall, reconcile, reconcile_gates
 from soak.judge.verdict import judge
+from soak.record.class_figures import class_figures, class_section, mix_classes
 from soak.record.endurance import Endurance, WindowFigures
 from soak.record.faults import faults_from_events, load_start
 from soak.record.journal import JsonlWriter, read_jsonl, release_reserve, sha256_file, storage_words
@@ -34,11 +35,14 @@ from soak.record.models import (
     write_record,
 )
 from soak.record.sections import Fault, Reconciliation
+from soak.record.step_figures import step_sections
 from soak.record.summary import LoadTiming, summarize_load, warmup_accounting
 from soak.record.summary_csv import summary_csv
 from soak.record.telemetry import RecordTelemetry
+from soak.record.turn_figures import conversation_fields
 from soak.run.gate_session import gates_from_journal, probe_accounting
 from soak.run.identity import build_identity
+from soak.run.load_steps import record_steps
 from soak.run.snapshots import SnapshotTick
 from soak.run.state import RunParts
 from soak.run.timeline import WARMUP_OUTLASTED, judged_timeline, not_judged, timeline_inputs
@@ -240,6 +244,12 @@ def finalize_run(parts: RunParts, tick: SnapshotTick, timing: LoadTiming | None)
     st.enter("finalize", "computing the summary from the journal")
     windows, endurance = timeline(parts, tick, timing)
     facts = gather_facts(parts, timing, endurance)
+    steps, sweep = record_steps(st, timing)  # each step's figures, a sweep's knee
+    facts.steps = steps
+    mix = mix_classes(st.config.public_dict())  # a mix's classes: each its own figures
+    facts.classes = class_figures(
+        st.run_dir / "requests.jsonl", timing, mix, st.config.percentile_method
+    )
     verdict = judge(facts)
     status = verdict.status
     st.enter("done", f"verdict {status.value}")
@@ -281,6 +291,11 @@ def finalize_run(parts: RunParts, tick: SnapshotTick, timing: LoadTiming | None)
         started_at=st.started_at,
         ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         files=run_files(st.run_dir),
+        **step_sections(steps, sweep),  # absent for a load without steps
+        **class_section(facts.classes),  # a mix's only
+        **conversation_fields(
+            st.run_dir / "requests.jsonl", config, facts.load, st.config.percentile_method
+        ),
     )
     # The last pass over everything the record gathered (a reason quoting a server's words).
     return write_final(st.run_dir, st.redactor.model(record))

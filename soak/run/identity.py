@@ -212,4 +212,6 @@ def _pool_facts(state: RunState) -> dict[str, object]:
     facts = state.pool.describe()
     if state.config.redact:  # the file path is the operator's, not part of the result
         facts["source"] = str(facts["source"]).split(":", 1)[0] + ":<redacted>"
+        if isinstance(trace := facts.get("trace"), dict):
+            trace["path"] = "<redacted>"
     return facts

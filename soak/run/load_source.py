@@ -8,12 +8,26 @@ measuring loop.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.request_source import PoolSource, RequestSource
 from soak.run.config import RunConfig
+from soak.run.mix_setup import mix_source
+from soak.run.trace_setup import trace_source
 
 
-def request_source(cfg: RunConfig, pool: PromptPool, bodies: BodyBuilder) -> RequestSource:
-    """The run's request source (``cfg`` is checked already)."""
+def request_source(
+    cfg: RunConfig,
+    pool: PromptPool,
+    bodies: BodyBuilder,
+    class_pools: Mapping[str, PromptPool] | None = None,
+) -> RequestSource:
+    """The run's request source (``cfg`` is checked already; ``class_pools``: a mix's
+    classes' own pools, ``RunState.class_pools``)."""
+    if cfg.mix is not None:  # each request drawn from a weighted class (loadgen.mix)
+        return mix_source(cfg, pool, class_pools or {})
+    if cfg.arrival == "trace":  # arrival k sends the trace's line k (a calibrated pool)
+        return trace_source(pool, bodies)
     del cfg  # the pool's body for every request until a mix or a trace is given
     return PoolSource(pool, bodies)

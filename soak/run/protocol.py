@@ -18,11 +18,13 @@ from soak.record.models import write_atomic
 from soak.run.gate_session import GateSession
 from soak.run.identity import build_identity, count_tokens
 from soak.run.matrix_run import MatrixRun
+from soak.run.mix_setup import class_pools
 from soak.run.request_sink import RequestSink
 from soak.run.state import RunParts
 from soak.run.steady_load import SteadyLoad
 from soak.run.stops import RunControls
 from soak.run.telemetry import start_watchers
+from soak.run.trace_setup import trace_pool
 
 
 class RunProtocol:
@@ -51,6 +53,7 @@ class RunProtocol:
         if self._go_on():
             if not cfg.matrix:  # the matrix builds one pool per cell
                 st.pool = await self._calibrate_pool()
+                st.class_pools = await class_pools(cfg, self.headers)  # a mix's, if any
             self._write_identity()  # before the load: `soaktop recover` has it if we die
         if not self._go_on():
             return
@@ -109,6 +112,8 @@ class RunProtocol:
         if st.pool is not None:
             return st.pool
         cfg = st.config
+        if cfg.arrival == "trace":  # the trace's text material, calibrated
+            return await trace_pool(cfg, self.headers)
         base = cfg.endpoints[0]
 
         async def counter(text: str) -> int | None:

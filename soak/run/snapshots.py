@@ -21,6 +21,8 @@ from soak.record.models import Reason
 from soak.record.sections import ThresholdState
 from soak.record.snapshot import ClientView, LoadView, Snapshot
 from soak.record.telemetry import SnapshotTelemetry
+from soak.run.config_steps import planned_steps
+from soak.run.load_now import OpenLoopTally, steps_now
 from soak.run.matrix_run import matrix_progress
 from soak.run.request_sink import RequestSink
 from soak.run.state import RunParts
@@ -42,6 +44,8 @@ class SnapshotTick:
         self.sink = sink
         self.windows = windows
         self._seq = 0
+        self._open_loop = OpenLoopTally(parts.state.config, parts.live.window_s)
+        self._planned_steps = len(planned_steps(parts.state.config)) or None
 
     def write(self, status: str = "running", reasons: list[Reason] | None = None) -> None:
         """Append one snapshot (also flushes aggregated failure counts as an event)."""
@@ -81,6 +85,12 @@ class SnapshotTick:
             snap.endurance = self.windows.view
         if (progress := matrix_progress(st)) is not None:  # a matrix run's only
             snap.matrix = progress
+        if (open_loop := self._open_loop.view(st, p.live)) is not None:  # open loop's only
+            snap.open_loop = open_loop
+        if (
+            steps := steps_now(st, p.live, self._planned_steps)
+        ) is not None:  # a stepped load's only
+            snap.steps = steps
         if p.threshold_watch.thresholds:
             snap.thresholds = self._thresholds_now(snap)
         self._seq += 1
@@ -124,6 +134,8 @@ class SnapshotTick:
         gen_plan = gen.plan if gen is not None else None
         per_plan = cfg.matrix or cfg.arrival != "closed"  # open loop: warmed connections
         requested = gen_plan.concurrency if per_plan and gen_plan else cfg.concurrency
+        if not per_plan and st.steps and st.steps[-1].concurrency_end is not None:
+            requested = st.steps[-1].concurrency_end  # a stepped closed loop: its target now
         return LoadView(
             requested_concurrency=requested,
             workers_started=gs.workers_started,
@@ -149,7 +161,9 @@ class SnapshotTick:
             in_flight=load.in_flight,
             # Open loop: fewer in flight than connections warmed is the schedule's gaps,
             # not a client falling behind (its own check is the lateness).
-            workers=load.workers_started if st.config.arrival == "closed" else 0,
+            # A stepped closed loop: the workers its target lets issue (parked ones are
+            # the plan, not a shortfall).
+            workers=st.gen.active_workers if st.gen and st.config.arrival == "closed" else 0,
             backoffs=gs.backoffs if gs else 0,
         )
         lag = self.parts.lag.take_interval(keep=st.phase in ("load", "drain"))

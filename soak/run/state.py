@@ -27,6 +27,7 @@ from soak.record.journal import JsonlWriter
 from soak.record.matrix import CellResult, MatrixSummary
 from soak.record.models import EndpointIdentity, LoadStep, PhaseSpan
 from soak.record.redact import Redactor
+from soak.record.step_figures import StepCounts
 from soak.run.config import RunConfig
 from soak.run.gate_session import GateSession
 from soak.run.warmup import WarmupClock
@@ -95,6 +96,12 @@ class RunState:
     steps: list[LoadStep] = field(default_factory=list)
     """The load's steps so far (``--stages``, ``--sweep``, live changes): each appended
     with its span and target as it begins (``load`` None), the figures filled at finalize."""
+    step_counts: list[StepCounts] = field(default_factory=list)
+    """Each step's counters only the run knows (offered rate, held by the cap), set by
+    the step driver when the load ends (``soak.run.load_steps``)."""
+    class_pools: dict[str, PromptPool] = field(default_factory=dict)
+    """A mix's classes with prompts of their own: their pools, built by the protocol
+    before the load (``soak.run.mix_setup.class_pools``)."""
     matrix: MatrixSummary | None = None
     matrix_cells: list[CellResult] = field(default_factory=list)
     """The matrix's cells so far (filled as they finish; the record's come from here)."""

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 
-from loadgen.arrivals import arrival_offsets
+from loadgen.arrivals import RateCurve, arrival_offsets, curve_draws, curve_offsets
 from loadgen.client import StreamClient
+from loadgen.conversation import ConversationGenerator
 from loadgen.open_loop import WARM_CONNECTIONS_MAX, OpenLoopGenerator
 from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.workers import LoadGenerator, LoadPlan
 from probes.host import raise_fd_limit
 from soak.record.summary import LoadTiming
+from soak.run import trace_setup
 from soak.run.config import RunConfig
 from soak.run.config_arrival import default_max_in_flight
 from soak.run.load_source import request_source
+from soak.run.load_steps import LoadSteps, step_curve
+from soak.run.mix_setup import mix_contracts
 from soak.run.request_sink import RequestSink
 from soak.run.snapshots import now_iso
 from soak.run.state import RunParts, RunState
@@ -42,6 +47,8 @@ class SteadyLoad:
         self.sink = sink
         self.controls = controls
         self.headers = headers
+        self.steps: LoadSteps | None = None
+        """The step driver once the barrier released (finalize reads its counters)."""
 
     def _plan(self) -> tuple[LoadPlan, BodyBuilder]:
         st, cfg = self.parts.state, self.parts.state.config
@@ -87,8 +94,9 @@ class SteadyLoad:
             headers=self.headers,
             sanity_checks=cfg.sanity_checks,
             ignore_eos=cfg.ignore_eos,
+            contracts=mix_contracts(cfg),  # a mix's classes that check their answers
         ) as client:
-            gen = make_generator(cfg, plan, client, st.pool, bodies, self.sink)
+            gen = make_generator(cfg, plan, client, st.pool, bodies, self.sink, st.class_pools)
             gen.on_issue_end = self._on_issue_end
             st.gen = gen
             t_barrier = time.perf_counter_ns()
@@ -118,7 +126,10 @@ class SteadyLoad:
             engines.tracking = True
         p.lag.take_interval(keep=False)  # barrier start-up lag is not load lag
         pace = "" if cfg.rate is None else f" at {cfg.rate:g} req/s ({cfg.arrival})"
-        st.enter("load", f"barrier released: issuing for {cfg.duration_s} s{pace}")
+        issuing = f"for {cfg.duration_s} s{pace}"
+        if cfg.arrival == "trace":
+            issuing = trace_setup.replay_words(cfg)
+        st.enter("load", f"barrier released: issuing {issuing}")
         p.window.open(st.now_s())
         canary: asyncio.Task[None] | None = None
         if p.gates is not None and cfg.canary_interval_s:
@@ -128,7 +139,14 @@ class SteadyLoad:
                 )
             )
             self.controls.cancel_on_abort.add(canary)
+        steps = self.steps = LoadSteps(st, gen)  # stages, a sweep, live changes
+        steps.prime()
+        self.controls.steps = steps
+        # Next loop turn: gen.run has set the release time, no worker has sent yet.
+        asyncio.get_running_loop().call_soon(steps.start)
         await gen.run()
+        self.controls.steps = None
+        await steps.finish()
         p.window.close(st.now_s())  # the drain is over
         if canary is not None:
             # A round in flight finishes (its requests are in the counters) unless an
@@ -153,6 +171,8 @@ class SteadyLoad:
 
 def in_flight_cap(cfg: RunConfig) -> int | None:
     """The open loop's cap on requests in flight (None: the closed loop)."""
+    if cfg.arrival == "trace":
+        return trace_setup.in_flight_cap(cfg)
     if cfg.arrival == "closed" or cfg.rate is None:
         return None
     return cfg.max_in_flight if cfg.max_in_flight is not None else default_max_in_flight(cfg.rate)
@@ -170,15 +190,27 @@ def make_generator(
     pool: PromptPool,
     bodies: BodyBuilder,
     sink: RequestSink,
+    class_pools: Mapping[str, PromptPool] | None = None,
 ) -> LoadGenerator:
-    """The closed loop's workers, or the open loop's scheduler (same interface)."""
+    """The closed loop's workers, or the open loop's scheduler (same interface);
+    ``class_pools``: a mix's classes' own pools (``RunState.class_pools``)."""
     cap = in_flight_cap(cfg)
-    source = request_source(cfg, pool, bodies)
+    if cfg.turns > 1:  # sessions of turns: closed loop only (soak.run.config_turns)
+        return ConversationGenerator(
+            plan, client, pool, bodies, sink.on_result,
+            turns=cfg.turns, think_time_s=cfg.think_time_s or 0.0,
+        )  # fmt: skip
+    source = request_source(cfg, pool, bodies, class_pools)
+    if cfg.arrival == "trace":  # the trace's own times; the window ends with the trace
+        return trace_setup.trace_generator(cfg, plan, client, pool, bodies, sink.on_result, source)
     if cfg.arrival == "closed" or cfg.rate is None or cap is None:
         return LoadGenerator(plan, client, pool, bodies, sink.on_result, source=source)
-    offsets = arrival_offsets(cfg.arrival, cfg.rate, cfg.burstiness, arrival_seed(cfg))
+    # A rate curve (a constant one gives the plain schedule's times exactly): the steps'
+    # rates, and what a live `set` changes (soak.run.load_steps).
+    curve = step_curve(cfg) or RateCurve(points=[(0.0, cfg.rate)])
+    offsets = curve_draws(cfg.arrival, curve, cfg.burstiness, arrival_seed(cfg))
     return OpenLoopGenerator(
-        plan, client, pool, bodies, sink.on_result, offsets, cap, source=source
+        plan, client, pool, bodies, sink.on_result, offsets, cap, source=source, curve=curve
     )
 
 
@@ -212,7 +244,9 @@ def load_timing(st: RunState) -> LoadTiming | None:
         backoffs=gs.backoffs,
         worker_errors={scrub(k): n for k, n in gs.worker_errors.items()},
         sanity_checked=st.config.sanity_checks,
-        offered_rate=offered_rate(st.config, rel(gs.barrier_released_ns), start, end)
+        offered_rate=offered_rate(
+            st.config, rel(gs.barrier_released_ns), start, end, getattr(st.gen, "curve", None)
+        )
         if open_loop
         else None,
         held_by_cap=getattr(gs, "held_by_cap", 0),
@@ -220,20 +254,32 @@ def load_timing(st: RunState) -> LoadTiming | None:
 
 
 def offered_rate(
-    cfg: RunConfig, released_s: float | None, start_s: float | None, end_s: float | None
+    cfg: RunConfig,
+    released_s: float | None,
+    start_s: float | None,
+    end_s: float | None,
+    curve: RateCurve | None = None,
 ) -> float | None:
     """What the schedule offered in the judged window, requests/s: its arrivals there
-    (the same seeded schedule, drawn again) ÷ the window. Not ``--rate`` itself: a Poisson
+    (the same seeded schedule, drawn again; under ``curve``, the generator's rate curve
+    with every step and live change) ÷ the window. Not ``--rate`` itself: a Poisson
     count over a short window strays from its mean by chance, and the client is judged
     against the schedule it was given, not against the mean of all schedules."""
     if released_s is None or start_s is None or end_s is None or end_s <= start_s:
         return None
+    lo, hi = start_s - released_s, end_s - released_s
+    if cfg.arrival == "trace":
+        return trace_setup.offered_rate(cfg, lo, hi)
     if cfg.arrival == "closed" or cfg.rate is None:
         return None
     seed = arrival_seed(cfg)
-    lo, hi = start_s - released_s, end_s - released_s
     count = 0
-    for offset in arrival_offsets(cfg.arrival, cfg.rate, cfg.burstiness, seed):
+    schedule = (
+        arrival_offsets(cfg.arrival, cfg.rate, cfg.burstiness, seed)
+        if curve is None
+        else curve_offsets(cfg.arrival, curve, cfg.burstiness, seed)
+    )
+    for offset in schedule:
         if offset >= hi:
             break
         count += offset >= lo

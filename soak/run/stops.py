@@ -13,6 +13,7 @@ from typing import Any
 from soak.record.journal import JsonlWriter, storage_words
 from soak.run.control import ControlReader
 from soak.run.gate_session import GateSession
+from soak.run.load_steps import LoadSteps
 from soak.run.state import RunState
 
 
@@ -32,6 +33,8 @@ class RunControls:
         self.cancel_on_abort: set[asyncio.Task[Any]] = set()
         """Tasks an abort cancels at once (a gate phase, the canary loop)."""
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.steps: LoadSteps | None = None
+        """The steady load's step driver while it issues (``set`` commands go to it)."""
 
     def ask_stop(self, why: str, hard: bool = False) -> None:
         """Graceful stop (drain, record) or, when ``hard``, cancel in-flight requests too."""
@@ -70,6 +73,8 @@ class RunControls:
                 self.ask_stop(f"operator {kind}", hard=kind == "abort")
             elif kind in ("pause", "resume"):
                 self._pause(kind == "pause", str(cmd.get("note", "")))
+            elif kind == "set":
+                self._set(cmd)
             else:
                 events.emit("warning", f"unknown control command {kind!r} ignored", "warning")
 
@@ -91,6 +96,24 @@ class RunControls:
             gen.resume()
             st.events.emit("control", f"operator resumed issuing{why}")
             st.enter("load", "issuing resumed")
+
+    def _set(self, cmd: dict[str, Any]) -> None:
+        """A live change of the load's target: ``{"cmd": "set", "rate": R}`` (open loop) or
+        ``"concurrency": N`` (closed loop); one the load cannot take is an event saying
+        why, never a crash (the file is anyone's: its values are checked, not trusted)."""
+        events, note = self.state.events, str(cmd.get("note", ""))[:200]
+        rate, concurrency = cmd.get("rate"), cmd.get("concurrency")
+        if isinstance(concurrency, float) and concurrency.is_integer():
+            concurrency = int(concurrency)
+        if self.steps is None:
+            why: str | None = "not issuing (no steady load is running)"
+        else:
+            why = self.steps.change(rate=rate, concurrency=concurrency, note=note)
+        if why is not None:
+            events.emit("control", f"set ignored: {why}", "warning")
+            return
+        what = f"rate {rate:g} req/s" if rate is not None else f"concurrency {concurrency}"
+        events.emit("control", f"operator set {what}" + (f" ({note})" if note else ""))
 
     def journal_failed(self, writer: JsonlWriter, err: OSError) -> None:
         """A journal's ``on_error``: the run directory cannot be written."""

@@ -42,7 +42,7 @@ def test_open_loop_options_are_kept_and_echoed():
         ({"arrival": "constant", "rate": 200_000.0}, r"rate.*200000"),
         (
             {"arrival": "uniform", "rate": 5.0},
-            r"arrival = 'uniform'.*'closed', 'constant', 'poisson' or 'gamma'",
+            r"arrival = 'uniform'.*'closed', 'constant', 'poisson', 'gamma' or 'trace'",
         ),
     ],
 )
