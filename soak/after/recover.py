@@ -18,13 +18,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from soak.after.journal_facts import RunJournals, config_thresholds, recovered_facts
+from soak.after.recover_open_loop import open_loop_timing
 from soak.judge.config_caveats import config_caveats
+from soak.judge.goodput import measured_steps
 from soak.judge.limits import percentile_method
 from soak.judge.thresholds import Threshold, ThresholdError
 from soak.judge.verdict import judge
+from soak.record.class_figures import class_figures, class_section, mix_classes
 from soak.record.endurance import Endurance, WindowFigures
 from soak.record.events import Event
 from soak.record.faults import faults_from_events, load_start
@@ -34,9 +35,11 @@ from soak.record.models import (
     EXIT_STORAGE,
     EXIT_USAGE,
     Identity,
+    LoadStep,
     PhaseSpan,
     Reason,
     RunRecord,
+    SweepResult,
     exit_code_for,
     write_atomic,
     write_record,
@@ -49,9 +52,12 @@ from soak.record.run_dir import (
     record_problem,
 )
 from soak.record.sections import Fault
+from soak.record.step_figures import StepCounts, step_sections, steps_from_events
 from soak.record.summary import LoadTiming, summarize_load
 from soak.record.summary_csv import summary_csv
 from soak.record.telemetry import RecordTelemetry
+from soak.record.turn_figures import conversation_fields
+from soak.run.control import live_runner_pid
 from soak.run.finalize import run_files
 from soak.run.gate_session import gates_from_journal
 from soak.run.matrix_run import matrix_from_journals
@@ -157,17 +163,6 @@ def _timing_from_events(
     )
 
 
-def _live_runner(run_dir: Path) -> int | None:
-    """The PID of this run's runner if it is still alive."""
-    try:
-        pid = int((run_dir / "runner.pid").read_text().strip())
-        proc = psutil.Process(pid)
-        alive = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-        return pid if alive and "soak.run.runner" in " ".join(proc.cmdline()) else None
-    except (FileNotFoundError, ValueError, psutil.Error):
-        return None
-
-
 def _in_flight_at_death(journals: RunJournals, journaled: int) -> int:
     """Requests issued (per the last snapshot) that never reached the journal."""
     snap = journals.last_snapshot
@@ -188,7 +183,7 @@ def recover_run(run_dir: Path) -> RunRecord:
             if damaged is None
             else f"{damaged}; move it aside to rebuild the record from the journals"
         )
-    if (pid := _live_runner(run_dir)) is not None:
+    if (pid := live_runner_pid(run_dir)) is not None:
         raise RecoverError(
             f"the runner of {run_dir} is still alive (pid {pid}); it will write its own record"
         )
@@ -214,6 +209,7 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
     """The record from the journals (their torn tails already cut), written."""
     journals = RunJournals.read(run_dir)
     timing, phases = _timing_from_events(run_dir, journals.events, config)
+    timing, open_loop_notes = open_loop_timing(run_dir, config, journals, timing)
     load = (
         summarize_load(run_dir / "requests.jsonl", timing, percentile_method(config))
         if timing
@@ -230,9 +226,13 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
         gates=gates,
         phases=phases,
         thresholds=_thresholds(config),
-        notes=torn + _journal_notes(run_dir, journals, timing, bad_lines),
+        notes=torn + _journal_notes(run_dir, journals, timing, bad_lines) + open_loop_notes,
     )
     facts.endurance = endurance
+    steps, sweep = _steps(run_dir, config, journals, timing)
+    facts.steps = steps
+    mix, method = mix_classes(config), percentile_method(config)  # a mix's: each class's
+    facts.classes = class_figures(run_dir / "requests.jsonl", timing, mix, method)
     verdict = judge(facts)
     identity, damaged = _identity(run_dir)
     reasons = verdict.reasons + damaged
@@ -257,9 +257,27 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
         ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         recovered=True,
         files=run_files(run_dir),
+        **conversation_fields(run_dir / "requests.jsonl", config, load, percentile_method(config)),
+        **step_sections(steps, sweep),  # absent for a load without steps
+        **class_section(facts.classes),  # a mix's only
     )
     _write(run_dir, record)
     return record
+
+
+def _steps(
+    run_dir: Path, config: dict[str, Any], journals: RunJournals, timing: LoadTiming | None
+) -> tuple[list[LoadStep], SweepResult | None]:
+    """The load's steps from their ``step`` events, measured as finalize measures them;
+    what only the live run knew of a step (its offered rate, arrivals held by the cap)
+    is not in the journals, so a recovered step has no schedule-relative figures."""
+    if timing is None:
+        return [], None
+    steps = steps_from_events(journals.event_lines(), timing.issue_end_s)
+    if not steps:
+        return [], None
+    counts = [StepCounts() for _ in steps]
+    return measured_steps(run_dir / "requests.jsonl", steps, timing, config, counts)
 
 
 def recovered_timeline(

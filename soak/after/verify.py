@@ -25,17 +25,28 @@ from soak.judge.config_caveats import config_caveats
 from soak.judge.coverage import coverage_problems
 from soak.judge.facts import Judgement
 from soak.judge.faults import gpu_faults_judgeable
+from soak.judge.goodput import measured_steps
 from soak.judge.limits import percentile_method
 from soak.judge.thresholds import Threshold, ThresholdError
 from soak.judge.verdict import judge, status_of
+from soak.record.class_figures import class_figures, mix_classes
 from soak.record.endurance import Endurance, WindowFigures
 from soak.record.faults import faults_from_events, writes_incidents
 from soak.record.faults import load_start as faults_load_start
 from soak.record.journal import read_jsonl, sha256_file
 from soak.record.journal_lines import ProbeLine
-from soak.record.models import LoadSummary, Reason, RunRecord, exit_code_for
+from soak.record.models import (
+    LoadStep,
+    LoadSummary,
+    Reason,
+    RunRecord,
+    WorkloadClassFigures,
+    exit_code_for,
+)
 from soak.record.run_dir import RunDirError, journal_problems, load_run_record
+from soak.record.step_figures import counts_from_record
 from soak.record.summary import LoadTiming, summarize_load
+from soak.record.turn_figures import conversation_fields
 from soak.run.finalize import HASHED_FILES
 from soak.run.gate_session import gates_from_journal
 from soak.run.matrix_run import matrix_from_journal
@@ -51,6 +62,7 @@ RECORD_ONLY = frozenset(
         "journal_torn_tail",
         "journal_damaged",
         "in_flight_at_death",
+        "open_loop_recovered",
     }
 )
 """Reasons whose facts only the record holds: taken as given, not re-derived."""
@@ -116,6 +128,9 @@ def verify_run(run_dir: Path) -> list[str]:
 def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
     problems = _hash_problems(run_dir, rec)
     again = _load_again(run_dir, rec, problems)
+    _turns_again(run_dir, rec, problems)
+    steps = _steps_again(run_dir, rec, problems)
+    classes = _classes_again(run_dir, rec, problems)
     _check_caveats(rec, again, problems)
     gates, bad_lines = gates_from_journal(run_dir)
     problems += bad_lines
@@ -130,7 +145,7 @@ def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
     _diff("faults", {"faults": as_json(rec.faults)}, {"faults": faults}, problems)
     problems += coverage_problems(as_json(rec.telemetry))
     endurance = _timeline_again(run_dir, rec, journals, problems)
-    _check_verdict(rec, journals, again, gates, problems, endurance)
+    _check_verdict(rec, journals, again, gates, problems, endurance, steps, classes)
     implied = status_of(rec.reasons)
     if rec.status is not implied:
         problems.append(f"status: record {rec.status.value}, its reasons imply {implied.value}")
@@ -180,6 +195,49 @@ def _load_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> LoadSumma
     elif any(True for _ in read_jsonl(run_dir / "requests.jsonl")):
         problems.append("requests.jsonl holds requests but the record has no load summary")
     return None
+
+
+def _turns_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> None:
+    """A conversation load's per-turn figures and sessions, recomputed and compared."""
+    again = conversation_fields(
+        run_dir / "requests.jsonl", rec.config, rec.load, percentile_method(rec.config)
+    )
+    mine = rec.model_dump(mode="json", include={"turns", "sessions"})
+    theirs = {k: as_json(v) for k, v in again.items()}
+    _diff("record", mine, theirs, problems)
+
+
+def _steps_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> list[LoadStep]:
+    """Every step's figures and goodput and the sweep's knee, recomputed from
+    requests.jsonl over the record's step spans (the counters only the run knew, as the
+    whole load's, from the record), compared."""
+    if not rec.steps or rec.load is None:
+        return list(rec.steps)
+    steps, sweep = measured_steps(
+        run_dir / "requests.jsonl",
+        rec.steps,
+        LoadTiming.from_summary(rec.load),
+        rec.config,
+        counts_from_record(rec.steps),
+    )
+    mine = rec.model_dump(mode="json", include={"steps", "sweep"})
+    theirs: dict[str, Any] = {"steps": [s.model_dump(mode="json") for s in steps]}
+    if sweep is not None:
+        theirs["sweep"] = sweep.model_dump(mode="json")
+    _diff("record", mine, theirs, problems)
+    return steps
+
+
+def _classes_again(
+    run_dir: Path, rec: RunRecord, problems: list[str]
+) -> list[WorkloadClassFigures]:
+    """A mix's per-class figures, recomputed from requests.jsonl and compared."""
+    timing = LoadTiming.from_summary(rec.load) if rec.load is not None else None
+    method = percentile_method(rec.config)
+    again = class_figures(run_dir / "requests.jsonl", timing, mix_classes(rec.config), method)
+    mine = {"classes": [c.model_dump(mode="json") for c in rec.classes]}
+    _diff("record", mine, {"classes": [c.model_dump(mode="json") for c in again]}, problems)
+    return again
 
 
 def _check_caveats(rec: RunRecord, load: LoadSummary | None, problems: list[str]) -> None:
@@ -254,6 +312,8 @@ def _check_verdict(
     gates: dict[str, dict[str, SuiteGate]],
     problems: list[str],
     endurance: Endurance | None,
+    steps: list[LoadStep] | None = None,
+    classes: list[WorkloadClassFigures] | None = None,
 ) -> None:
     """The run judged again: the final threshold states and every reason the facts
     imply, against the record's."""
@@ -269,6 +329,8 @@ def _check_verdict(
         skip.add("gpu_fault")  # events of an older soaktop: no verdict words to compare
     facts = record_facts(rec, journals, load=again, gates=gates, thresholds=thresholds)
     facts.endurance = endurance
+    facts.steps = steps or []
+    facts.classes = classes or []
     verdict = judge(facts)
     if not skip >= THRESHOLD_CODES:
         _check_thresholds(rec, verdict, problems)

@@ -17,6 +17,8 @@ from typing import TextIO, cast
 
 from loadgen.stats import LatencyStats
 from soak.after.record_view import read_leniently
+from soak.after.step_table import step_lines
+from soak.record.class_figures import class_lines
 from soak.record.events import Event
 from soak.record.journal import DropWriteErrors, JsonlTail
 from soak.record.models import (
@@ -118,6 +120,26 @@ def gate_text(gates: dict[str, dict[str, GateProgress]]) -> str:
     return "; ".join(parts) or "none"
 
 
+def _turn_lines(rec: RunRecord) -> list[str]:
+    """A conversation load (``--turns``): one line per turn index, one for the sessions."""
+    flag = figure_flag(rec.status.value)
+    out = [
+        f"  turn {t.index}: completed {t.load.completed}, failed {t.load.failed}, "
+        f"input {_f(t.load.input_tokens_mean, '{:,.0f}')} tok mean, "
+        f"P99 TTFT {_f(t.load.ttft_s.p99)} s{flag}, P99 E2E {_f(t.load.e2e_s.p99)} s{flag}, "
+        f"sessions ended {t.sessions_ended}"
+        for t in rec.turns
+    ]
+    if (s := rec.sessions) is not None:
+        cut = f", {s.history_truncated} answers cut at 64 KiB" if s.history_truncated else ""
+        out.append(
+            f"  sessions ({s.turns} turns, think {s.think_time_s:g} s): {s.started} started, "
+            f"{s.completed} completed, {s.ended_early} ended early, {s.unfinished} "
+            f"unfinished{cut}"
+        )
+    return out
+
+
 def final_report(rec: RunRecord, run_dir: Path) -> str:
     """The verdict block printed when a run ends (the TUI frontend prints it too).
 
@@ -151,6 +173,9 @@ def final_report(rec: RunRecord, run_dir: Path) -> str:
                 f"{_f(None if late is None else late * 1e3, '{:.1f}')} ms, held by cap "
                 f"{ld.held_by_cap or 0}, P99 TTFT from intended {_f(ld.ttft_from_intended_s.p99)} s"
             )
+    out += _turn_lines(rec)
+    out += class_lines(rec.classes, figure_flag(status))  # a mix: one line per class
+    out += step_lines(rec, figure_flag(status))  # a stepped load: one row per step
     if rec.matrix is not None:
         out.append("  matrix cell      done  median E2E  p50 (nearest)  TTFT content  input tok")
         for c in rec.matrix.cells:

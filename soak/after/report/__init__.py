@@ -41,6 +41,8 @@ from soak.after.report.charts import figures
 from soak.after.report.endurance import Clock, endurance_section, read_windows, window_charts
 from soak.after.report.page import document
 from soak.after.report.series import read_series
+from soak.after.step_table import STEP_HEADER, step_rows, sweep_words
+from soak.record.models import RunRecord
 
 
 class ReportError(RuntimeError):
@@ -92,6 +94,7 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
     if rec is not None:
         body += [
             tables.section("Load", tables.load_summary(rec), "load"),
+            *([tables.section("Steps", step_section(rec), "steps")] if rec.steps else []),
             tables.section("Gates", tables.gates(rec), "gates"),
             tables.section("Thresholds", tables.thresholds(rec), "thresholds"),
             tables.section("Reconciliation", tables.reconciliation(rec), "reconciliation"),
@@ -126,6 +129,13 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
         figs=figs,
         plotly_js=bundle,
     )
+
+
+def step_section(rec: RunRecord) -> str:
+    """A stepped load's throughput–latency table per step, the knee marked."""
+    words = sweep_words(rec)
+    note = f"<p>{tables.esc(words)}</p>" if words else ""
+    return tables.table(STEP_HEADER, step_rows(rec), "steps") + note
 
 
 def _verdict(view: RunView) -> str:

@@ -1,0 +1,79 @@
+"""``soaktop recover`` of an open-loop run: the figures only the dead runner held.
+
+The load summary's open-loop figures need two numbers the journals do not hold as such:
+
+- ``offered_rate``: the schedule's arrivals in the judged window. The schedule is the
+  config's (arrival model, rate, burstiness, seed), drawn again exactly as finalize does
+  (:func:`soak.run.steady_load.offered_rate`); its origin, the barrier's release, is the
+  first arrival's intended send (every schedule's first offset is 0).
+- ``held_by_cap``: the generator's count, which snapshots carry (schema 1.4) — the last
+  snapshot's, at most one tick old; a run whose snapshots never said leaves it unknown
+  (None), and a note says so.
+
+The rest (achieved rate, lateness, latencies from the intended send) ``summarize_load``
+computes from ``intended_s`` in the journal once ``offered_rate`` is set, as for a record
+the runner wrote, so ``verify`` recomputes the same figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from soak.after.journal_facts import RunJournals
+from soak.record.journal import read_jsonl
+from soak.record.models import Reason
+from soak.record.summary import LoadTiming
+from soak.run.config import RunConfig
+from soak.run.steady_load import offered_rate
+
+SCHEDULE_FIELDS = (
+    "arrival", "rate", "burstiness", "arrival_seed", "pool_seed", "trace_file", "time_scale",
+)  # fmt: skip
+"""The config fields that fix an open-loop schedule."""
+
+
+def open_loop_timing(
+    run_dir: Path, config: dict[str, Any], journals: RunJournals, timing: LoadTiming | None
+) -> tuple[LoadTiming | None, list[Reason]]:
+    """``timing`` with the open-loop figures filled in (unchanged for a closed loop or a
+    window that never opened), and the notes on what could not be known."""
+    if timing is None or config.get("arrival", "closed") == "closed":
+        return timing, []
+    if not config.get("rate") and config.get("arrival") != "trace":  # a trace has no rate
+        return timing, []
+    released = _first_intended(run_dir)
+    if released is None:  # no request was journaled: no window to measure
+        return timing, []
+    schedule = RunConfig.model_construct(**{k: config[k] for k in SCHEDULE_FIELDS if k in config})
+    rate = offered_rate(schedule, released, timing.issue_start_s, timing.issue_end_s)
+    held: int | None = None
+    notes: list[Reason] = []
+    snap = journals.last_snapshot
+    if snap is not None and snap.open_loop is not None:
+        held = snap.open_loop.held_by_cap
+        words = f"as of the last snapshot, {snap.t:.1f} s into the run"
+        notes.append(_note(f"held_by_cap is the count {words}: later holds are not known"))
+    else:
+        notes.append(
+            _note(
+                "held_by_cap is not known: the runner died and its snapshots do not carry "
+                "the open loop's counters (a soaktop before schema 1.4 wrote them)"
+            )
+        )
+    return dataclasses.replace(timing, offered_rate=rate, held_by_cap=held), notes
+
+
+def _first_intended(run_dir: Path) -> float | None:
+    """The earliest ``intended_s`` in requests.jsonl (warm-up included): the release."""
+    first: float | None = None
+    for line in read_jsonl(run_dir / "requests.jsonl"):
+        at = line.get("intended_s")
+        if isinstance(at, int | float) and (first is None or at < first):
+            first = float(at)
+    return first
+
+
+def _note(message: str) -> Reason:
+    return Reason(code="open_loop_recovered", effect="note", message=message)
