@@ -28,6 +28,7 @@ from tui.ascii_scrollbar import use_ascii_scrollbars
 from tui.commands import soaktop_commands
 from tui.glyphs import glyphs_for
 from tui.live_poll import LivePoll
+from tui.load_control import Asked, next_target
 from tui.messages import EventsArrived, MetaFound, RunEnded, RunnerDied, SnapshotTick
 from tui.outcome import Outcome, runner_died_notice
 from tui.panes import EventsPane
@@ -104,6 +105,7 @@ class SoakTopApp(App[Outcome]):
         self._notice_severity: Literal["info", "warning", "error"] = "info"
         self._paused_here = False
         self._pause_asked_seq: int | None = None
+        self._load_asked: Asked | None = None
         self._exit_on_record = False
         self._runner_gone = False
         self._runner_rc: int | None = None
@@ -359,9 +361,18 @@ class SoakTopApp(App[Outcome]):
 
         self.push_screen(MarkScreen(), noted)
 
-    def _send(self, cmd: str, note: str) -> bool:
+    def action_load(self, direction: int) -> None:
+        """+ / -: the next rate (open loop) or concurrency (closed loop): a load step."""
+        asked = next_target(self._snapshot, self._load_asked, direction)
+        if isinstance(asked, str):
+            self.notify(asked, severity="warning", markup=False)
+        elif self._send("set", "from the monitor", **{asked.field: asked.value}):
+            self._load_asked = asked
+            self.notify(f"asked for {asked.words()}: a new step at the next tick", markup=False)
+
+    def _send(self, cmd: str, note: str, **fields: float) -> bool:
         try:
-            send_control(self.run_dir, cmd, note)
+            send_control(self.run_dir, cmd, note, **fields)
         except OSError as e:
             self.notify(
                 f"could not write control.jsonl: {e}", severity="error", timeout=15, markup=False

@@ -16,6 +16,9 @@ from textual.binding import Binding
 PANE_NAMES = ("run", "throughput", "latency", "concurrency", "gates", "GPUs", "events")
 """Panes in key order: ``1`` is the run header, ``7`` the event log."""
 
+LOAD_UP = "Raise the load: rate ×1.25 (open loop) or concurrency +10% (a recorded step)"
+LOAD_DOWN = "Lower the load: rate ÷1.25 (open loop) or concurrency −10% (a recorded step)"
+
 BINDINGS: list[Binding] = [
     Binding("q", "quit", "Quit", id="quit", tooltip="Quit (asks: stop / detach / cancel)"),
     Binding("d", "detach", "Detach", id="detach", tooltip="Leave; the run goes on"),
@@ -23,6 +26,8 @@ BINDINGS: list[Binding] = [
     Binding("a", "abort", "Abort", id="abort", tooltip="Abort the run (asks first)"),
     Binding("p", "pause", "Pause", id="pause", tooltip="Pause / resume issuing"),
     Binding("m", "mark", "Mark", id="mark", tooltip="Put a note on the timeline"),
+    Binding("plus", "load(1)", "Load+", id="load-up", tooltip=LOAD_UP),
+    Binding("minus", "load(-1)", "Load-", id="load-down", tooltip=LOAD_DOWN),
     # Priority: a focused list or scroll view would otherwise take the arrows.
     Binding("left", "step(-1)", "Back", id="step-back", priority=True),
     Binding("right", "step(1)", "Fwd", id="step-forward", priority=True),
@@ -40,7 +45,7 @@ BINDINGS: list[Binding] = [
 
 BINDING_IDS = frozenset(b.id for b in BINDINGS if b.id)
 
-LIVE_ONLY = frozenset({"detach", "stop", "abort", "pause", "mark"})
+LIVE_ONLY = frozenset({"detach", "stop", "abort", "pause", "mark", "load"})
 """Actions that control a live run (none once it is over, none in a replay)."""
 VIEW_ONLY = frozenset({"step", "jump_event", "cursor_edge"})
 """Actions that move a replay's cursor."""

@@ -18,6 +18,7 @@ from tui.fmt import count, pct, rate, secs
 from tui.glyphs import Glyphs
 from tui.panes.base import Pane, fit, line, lines, muted
 from tui.panes.endurance import leak_line
+from tui.panes.open_loop import open_loop_lines
 from tui.runview import RunView
 
 _LOST_STYLE = "bold $text-error"
@@ -152,13 +153,15 @@ class ConcurrencyPane(Pane):
             (count(load.in_flight if load else None, g), "bold $text-primary"),
         )
         out: list[Content | str] = [first]
+        if snap is not None and snap.open_loop is not None:  # the schedule's figures instead
+            out = list(open_loop_lines(snap.open_loop, g, width))
         engines = view.telemetry.engines
         health = {h.endpoint: h for h in view.telemetry.health if h.endpoint is not None}
         cov = view.telemetry.coverage
         if not engines:
             out.append(line(muted("no engine metrics")))
         leaks = leak_line(view, LEAKS_SHOWN, width)
-        room = max(1, height - 2 - (leaks is not None))
+        room = max(1, height - len(out) - 1 - (leaks is not None))
         for i, eng in enumerate(engines):
             if i == room - 1 and len(engines) > room:
                 out.append(line(muted(f"+{len(engines) - i} more replicas (4 to maximise)")))

@@ -35,8 +35,15 @@ def phase_progress(view: RunView) -> tuple[str, float | None]:
     elapsed = snap.phase_elapsed_s
     if phase in ("load", "paused"):
         done, total = snap.load.issue_elapsed_s, snap.load.issue_total_s
+        # a stepped load: "step 3/5 rate=20 · settle 4 s left" after the window's clock
+        step = f" {view.glyphs.sep} {snap.steps.where()}" if snap.steps is not None else ""
         if total:
-            return f"{label} {mmss(done)} of {mmss(total)}", min(1.0, (done or 0.0) / total)
+            return (
+                f"{label} {mmss(done)} of {mmss(total)}{step}",
+                min(1.0, (done or 0.0) / total),
+            )
+        if step:
+            return f"{label} {mmss(done)}{step}", snap.steps.fraction() if snap.steps else None
         return f"{label} {mmss(done)} (until the request count)", None
     if phase in ("before_gates", "after_gates"):
         suites = snap.gates.get(phase.removesuffix("_gates"), {})
