@@ -29,6 +29,7 @@ parser to keep them: not done).
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ from loadgen.sanity import VisibleText, collected_text
 __all__ = ["AnswerContract", "ContractError", "parse_strict"]
 
 _REASON_MAX: Final = 240
+ERRORS_KEPT: Final = 16
+"""Schema violations collected per answer before the first (by path) is reported."""
 ContractKind = Literal["json_schema", "json_object", "tool_call"]
 
 
@@ -175,10 +178,15 @@ class AnswerContract:
             result.sanity = ()
 
     def _schema_problem(self, value: Any) -> str | None:
-        errors = sorted(self._validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        # At most ERRORS_KEPT: an answer with thousands of violations must not cost the
+        # measuring loop a list of them all (one is enough to fail it).
+        found = itertools.islice(self._validator.iter_errors(value), ERRORS_KEPT)
+        errors = sorted(found, key=lambda e: list(e.absolute_path))
         if not errors:
             return None
         first = errors[0]
         where = "/" + "/".join(str(p) for p in first.absolute_path)
-        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        extra = len(errors) - 1
+        at_least = " or more" if len(errors) == ERRORS_KEPT else ""
+        more = f" (+{extra}{at_least} more)" if extra else ""
         return _shorten(f"schema violation at {where}: {first.message}{more}")

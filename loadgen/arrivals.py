@@ -52,8 +52,14 @@ def arrival_offsets(
 ) -> Iterator[float]:
     """The intended send offsets (seconds from the window's start), unbounded: the caller
     stops at its window's end or request count."""
-    if not rate > 0:
-        raise ValueError(f"rate must be above 0 requests/s, not {rate!r}")
+    if not (rate > 0 and math.isfinite(rate)):  # an infinite rate: every offset 0, a spin
+        raise ValueError(f"rate must be above 0 requests/s and finite, not {rate!r}")
+    if (
+        model == "gamma"
+        and burstiness is not None
+        and not (burstiness > 0 and math.isfinite(burstiness))
+    ):
+        raise ValueError(f"burstiness must be a finite number above 0, not {burstiness!r}")
     rng = np.random.default_rng(seed)
     at = 0.0
     while True:

@@ -58,6 +58,8 @@ class ConversationState(LoadState):
     """Sessions ended by a failed (or cut) turn, by that turn's index."""
     history_truncated: int = 0
     """Answers past the history bound whose head only went into the next turn."""
+    sessions_parked: int = 0
+    """Sessions left unfinished because a lower concurrency parked their worker."""
 
 
 class HistoryBuilder:
@@ -141,6 +143,13 @@ class ConversationGenerator(LoadGenerator):
             session=session.number,
             turn=session.turn,
         )
+
+    async def _park(self, index: int) -> None:
+        """A parked worker's user has left: its session ends here (the record counts it
+        unfinished), so a park of any length never passes for think time."""
+        if self._sessions.pop(index, None) is not None:
+            self.state.sessions_parked += 1
+        await super()._park(index)
 
     async def _between_requests(self, worker: int, result: RequestResult) -> None:
         """Add the answer to the history, or end the session; then think."""

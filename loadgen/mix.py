@@ -18,6 +18,7 @@ index and the body's ``orjson.dumps`` — the block is drawn once every 4,096 re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -53,9 +54,13 @@ class MixSource:
     def __init__(self, classes: Sequence[WorkloadClass], seed: int) -> None:
         if not classes:
             raise ValueError("a mix needs at least one workload class")
+        for c in classes:
+            if not (math.isfinite(c.weight) and c.weight > 0):
+                raise ValueError(
+                    f"class {c.name!r}: weight {c.weight!r} is not allowed; give a finite "
+                    "number above 0"
+                )
         weights = np.asarray([c.weight for c in classes], dtype=np.float64)
-        if not (np.isfinite(weights).all() and (weights > 0).all()):
-            raise ValueError(f"every class weight must be a finite number above 0, got {weights}")
         self.classes = tuple(classes)
         self._seed = seed
         self._cumulative = np.cumsum(weights / weights.sum())

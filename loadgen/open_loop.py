@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.arrivals import RateCurve
-from loadgen.envelope import RequestResult
+from loadgen.envelope import FailureClass, RequestResult
 from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.request_source import RequestSource
 from loadgen.workers import LoadGenerator, LoadPlan, LoadState, StreamingClient
@@ -100,6 +100,8 @@ class OpenLoopGenerator(LoadGenerator):
         source: RequestSource | None = None,
         curve: RateCurve | None = None,
     ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be 1 or more, not {max_in_flight}")
         super().__init__(plan, client, pool, bodies, on_result, clock_ns, source)
         self.state: OpenLoopState = OpenLoopState(requested=plan.concurrency)
         self._offsets = offsets
@@ -177,6 +179,13 @@ class OpenLoopGenerator(LoadGenerator):
         self._curve_changes += 1
         self._poke()
 
+    def set_concurrency(self, n: int) -> None:
+        """Refused: an open loop's load is its rate (:meth:`set_rate`); its connections
+        are warmed, not workers, and starting closed-loop workers here would mix loops."""
+        raise ValueError(
+            f"set_concurrency({n}): this load is open loop; change its rate, not its concurrency"
+        )
+
     def _poke(self) -> None:
         if self._nap is not None:
             _wake(self._nap)
@@ -219,7 +228,14 @@ class OpenLoopGenerator(LoadGenerator):
         (their task never ran, so their own ``except`` never did)."""
         for task, _ in list(self._requests.values()):
             task.cancel()
-        await asyncio.gather(*(t for t, _ in self._requests.values()), return_exceptions=True)
+        pending = asyncio.gather(*(t for t, _ in self._requests.values()), return_exceptions=True)
+        while not pending.done():
+            try:
+                await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                # A second cut (an abort after the drain deadline's): the requests are
+                # cancelled already; journal each before leaving, or they would be lost.
+                continue
         gs = self.state
         for _, result in self._requests.values():  # cancelled before they began
             result.cancelled = True
@@ -252,14 +268,34 @@ class OpenLoopGenerator(LoadGenerator):
                     gs.skipped_paused += 1
                     continue
             if len(self._requests) >= self.max_in_flight:
-                gs.held_by_cap += 1
-                while len(self._requests) >= self.max_in_flight:
-                    self._slot_free = asyncio.get_running_loop().create_future()
-                    await self._slot_free
-                self._slot_free = None
+                intended_ns = await self._hold(start_ns, offset, end_ns, intended_ns)
+                if intended_ns == _STOP:
+                    return
+                if intended_ns == _SKIP:
+                    gs.skipped_paused += 1
+                    continue
             if (seq := self._next_seq()) is None:
                 return
             self._start(seq, arrival, intended_ns)
+
+    async def _hold(self, start_ns: int, offset: float, end_ns: int, intended_ns: int) -> int:
+        """An arrival that found the cap full (counted once in ``held_by_cap``): wait for
+        a slot, then, if a pause or a stop came meanwhile, for its time again (as
+        :meth:`_wait_for` answers: a paused arrival is skipped, not sent in the pause)."""
+        self.state.held_by_cap += 1
+        loop = asyncio.get_running_loop()
+        while True:
+            while len(self._requests) >= self.max_in_flight:
+                self._slot_free = loop.create_future()
+                try:
+                    await self._slot_free
+                finally:
+                    self._slot_free = None
+            if self._issuing.is_set() and not self._stop.is_set():
+                return intended_ns
+            intended_ns = await self._wait_for(start_ns, offset, end_ns)
+            if intended_ns < 0 or len(self._requests) < self.max_in_flight:
+                return intended_ns
 
     async def _wait_for(self, start_ns: int, offset: float, end_ns: int) -> int:
         """Wait for an arrival's time: its intended ns, :data:`_SKIP` (its time fell in a
@@ -338,9 +374,12 @@ class OpenLoopGenerator(LoadGenerator):
             gs.cancelled += 1
             self._on_result(result)
             raise
-        except Exception as e:  # a bug in soaktop: count it like a lost worker, go on
-            gs.worker_errors[f"{type(e).__name__}: {e}"[:200]] += 1
-            return
+        except Exception as e:  # a bug in soaktop: counted, and journaled as the client's
+            what = f"{type(e).__name__}: {e}"[:200]
+            gs.worker_errors[what] += 1
+            # Issued, so journaled: a request the journal lacked would break the counts.
+            result.failure = FailureClass.CLIENT
+            result.failure_detail = f"soaktop error: {what}"
         finally:
             gs.in_flight -= 1
             del self._requests[seq]

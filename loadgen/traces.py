@@ -158,7 +158,7 @@ def read_trace(path: Path) -> Trace:
 
 def detect_format(path: Path, text: str) -> TraceFormat:
     """The format of ``text`` from its first non-empty line (JSON object or CSV header)."""
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    first = next((ln.strip() for ln in _lines(text) if ln.strip()), "")
     if not first:
         raise TraceError(f"trace file {str(path)!r} is empty")
     if first.startswith("{"):
@@ -190,6 +190,15 @@ def detect_format(path: Path, text: str) -> TraceFormat:
 
 # -- one line at a time --------------------------------------------------------------------
 
+
+def _lines(text: str) -> list[str]:
+    """The file's lines, split at line feeds only (a CR before one is JSON whitespace):
+    ``str.splitlines`` also splits at U+2028, U+0085 and the like, which a JSON string
+    may hold raw, and would number the lines after them wrong. A file of bare CRs (no
+    line feed at all) is split at those."""
+    return text.split("\n" if "\n" in text or "\r" not in text else "\r")
+
+
 _Row = tuple[float, int, int, tuple[int, ...], int]
 """(time in seconds, input tokens, output tokens, shared blocks, line)."""
 
@@ -209,6 +218,8 @@ def _bad(path: Path, line: int, name: str, value: object, allowed: str) -> Trace
 def _number(value: object) -> float | None:
     """A JSON number or a CSV cell as a float (None: not a number)."""
     if isinstance(value, str):
+        if "_" in value:  # float() reads "1_000" as 1000: no trace writes that
+            return None
         try:
             return float(value.strip())
         except ValueError:
@@ -240,7 +251,7 @@ def _parse_jsonl(path: Path, fmt: TraceFormat, text: str) -> tuple[list[_Row], C
     skipped: Counter[str] = Counter()
     prefixes: dict[str, tuple[int, int, tuple[int, ...]]] = {}
     next_block = [0]
-    for n, raw in enumerate(text.splitlines(), 1):
+    for n, raw in enumerate(_lines(text), 1):
         if not raw.strip():
             continue
         try:
@@ -327,7 +338,8 @@ def _soaktop(
 
 def _parse_csv(path: Path, fmt: TraceFormat, text: str) -> tuple[list[_Row], Counter[str]]:
     reader = csv.reader(io.StringIO(text))
-    header = [c.strip() for c in next(reader)]
+    # The header is the first non-blank row, as detect_format found it (blank rows are []).
+    header = next(([c.strip() for c in row] for row in reader if "".join(row).strip()), [])
     if fmt == "azure":
         cols: tuple[int, ...] = (0, 1, 2)
         names = _AZURE_HEADER
@@ -337,7 +349,8 @@ def _parse_csv(path: Path, fmt: TraceFormat, text: str) -> tuple[list[_Row], Cou
     rows: list[_Row] = []
     skipped: Counter[str] = Counter()
     zero: datetime | None = None
-    for n, cells in enumerate(reader, 2):
+    for cells in reader:
+        n = reader.line_num  # the file's line (a quoted cell may span lines)
         if not cells or not "".join(cells).strip():
             continue
         if len(cells) < len(header):

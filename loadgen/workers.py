@@ -257,6 +257,13 @@ class LoadGenerator:
         target the load starts at."""
         if n < 0:
             raise ValueError(f"concurrency must be 0 or more, not {n}")
+        most = self.max_concurrency
+        if most is not None and n > most:
+            raise ValueError(
+                f"concurrency {n}: at most {most}, the connections this run's client pools "
+                "(more workers would wait for a connection, and that wait would count as "
+                "the server's latency)"
+            )
         self._target = n
         self.state.target = n
         for i, wake in enumerate(self._wake):
@@ -266,6 +273,13 @@ class LoadGenerator:
             self.state.requested = n
             for i in range(len(self._wake), n):
                 self._spawn(i)
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """The most workers the client can serve at once (its ``max_connections``; None:
+        a client that does not say): :meth:`set_concurrency` refuses more."""
+        most = getattr(self._client, "max_connections", None)
+        return most if isinstance(most, int) else None
 
     @property
     def concurrency_target(self) -> int:
@@ -322,10 +336,13 @@ class LoadGenerator:
         plan_request = self._plan_request
         fast_failures = 0
         while True:
-            if not self._issuing.is_set():
-                await self._wait_while_paused()
-            if index >= self._target:
-                await self._park(index)
+            # Both waits are checked again after either: a worker woken from its park
+            # while the operator paused must not send, nor one resumed while parked.
+            while (not self._issuing.is_set() or index >= self._target) and not self._stop.is_set():
+                if not self._issuing.is_set():
+                    await self._wait_while_paused()
+                else:
+                    await self._park(index)
             if (seq := self._next_seq()) is None:
                 break
             req = plan_request(index, seq)

@@ -52,3 +52,8 @@ def test_bad_inputs_are_refused_in_words():
         next(arrival_offsets("poisson", 0.0))
     with pytest.raises(ValueError, match="needs a burstiness"):
         next(arrival_offsets("gamma", 5.0, None))
+    with pytest.raises(ValueError, match="rate must be above 0 requests/s and finite, not inf"):
+        next(arrival_offsets("constant", float("inf")))
+    for cv in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="burstiness must be a finite number above 0"):
+            next(arrival_offsets("gamma", 5.0, cv))

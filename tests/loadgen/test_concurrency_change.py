@@ -118,3 +118,40 @@ def test_a_negative_concurrency_is_refused() -> None:
     )
     with pytest.raises(ValueError, match="0 or more"):
         gen.set_concurrency(-1)
+
+
+async def test_a_worker_woken_from_its_park_during_a_pause_sends_nothing() -> None:
+    results: list[RequestResult] = []
+    async with serve(0.02) as base, StreamClient(max_connections=16) as client:
+        gen = _generator(base, client, results, concurrency=3, window_s=1.2)
+        assert await gen.start_workers()
+        gen.set_concurrency(1)  # workers 1 and 2 parked from the start
+        run = asyncio.create_task(gen.run())
+        await asyncio.sleep(0.2)
+        gen.pause()
+        await asyncio.sleep(0.05)  # worker 0's request in flight ends
+        paused_ns = time.perf_counter_ns()
+        gen.set_concurrency(3)  # wakes 1 and 2: still paused, they must wait
+        await asyncio.sleep(0.4)
+        resumed_ns = time.perf_counter_ns()
+        gen.resume()
+        await run
+    in_pause = [r for r in results if paused_ns < r.sent_ns < resumed_ns]
+    assert in_pause == [], [(r.worker, (r.sent_ns - paused_ns) / 1e9) for r in in_pause]
+    assert {r.worker for r in results if r.sent_ns > resumed_ns} == {0, 1, 2}
+
+
+def test_a_concurrency_above_the_clients_connections_is_refused() -> None:
+    plan = LoadPlan(("http://127.0.0.1:1",), 2, 1.0, None, 1.0, 1.0, "t")
+    gen = LoadGenerator(
+        plan,
+        StreamClient(max_connections=4),
+        PromptPool((Prompt(0, "x"),), source="test"),
+        BodyBuilder(model="m", max_tokens=1),
+        lambda r: None,
+    )
+    assert gen.max_concurrency == 4
+    gen.set_concurrency(4)
+    with pytest.raises(ValueError, match="concurrency 5: at most 4, the connections"):
+        gen.set_concurrency(5)
+    assert gen.concurrency_target == 4

@@ -197,3 +197,36 @@ async def test_a_load_of_single_requests_keeps_no_answer() -> None:
 def test_a_conversation_needs_the_chat_api() -> None:
     with pytest.raises(ValueError, match="chat API"):
         HistoryBuilder(BodyBuilder(model="m", api="completions"))
+
+
+async def test_a_worker_parked_mid_session_leaves_that_session() -> None:
+    results: list[RequestResult] = []
+    bodies: dict[str, dict[str, Any]] = {}
+    first_turn_of_worker_1 = asyncio.Event()
+
+    def on_result(r: RequestResult) -> None:
+        results.append(r)
+        if r.worker == 1 and r.turn == 1:
+            first_turn_of_worker_1.set()
+
+    async with serve(_echo, bodies) as base, StreamClient(max_connections=8) as client:
+        gen = ConversationGenerator(
+            _plan(base, 2, 10),
+            client,
+            POOL,
+            BodyBuilder(model="m", max_tokens=128),
+            on_result,
+            turns=3,
+            think_time_s=0.2,
+        )
+        assert await gen.start_workers()
+        run = asyncio.create_task(gen.run())
+        await asyncio.wait_for(first_turn_of_worker_1.wait(), 10)
+        gen.set_concurrency(1)  # worker 1 parks after its think time, mid-session
+        await asyncio.sleep(0.5)
+        gen.set_concurrency(2)
+        await asyncio.wait_for(run, 30)
+    mine = [r.turn for r in results if r.worker == 1]
+    # the session it had begun is over: woken, it starts a new one, never turn 2 after a park
+    assert mine[0] == 1 and mine[1] == 1, mine
+    assert gen.state.sessions_parked == 1

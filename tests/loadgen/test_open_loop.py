@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -208,3 +209,63 @@ async def test_requests_cut_before_they_began_are_journaled_too() -> None:
     assert gen.state.issued == len(results) == 4  # the burst up to the abort, all journaled
     assert all(r.cancelled and "abort" in (r.failure_detail or "") for r in results)
     assert gen.state.cancelled == 4 and gen.state.in_flight == 0
+
+
+async def test_an_arrival_held_by_the_cap_is_not_sent_inside_a_pause() -> None:
+    results: list[RequestResult] = []
+    async with serve(0.3) as base, StreamClient(max_connections=8) as client:
+        gen = _generator(base, client, results, rate=20, cap=1, duration_s=1.5)
+        assert await gen.start_workers()
+        run = asyncio.create_task(gen.run())
+        await asyncio.sleep(0.1)  # one request in flight, the next arrival held at the cap
+        assert gen.state.held_by_cap == 1
+        paused_ns = time.perf_counter_ns()
+        gen.pause()
+        await asyncio.sleep(0.6)  # the slot frees at ~0.3 s, inside the pause
+        resumed_ns = time.perf_counter_ns()
+        gen.resume()
+        await asyncio.wait_for(run, 20)
+    in_pause = [r for r in results if paused_ns < r.sent_ns < resumed_ns]
+    assert in_pause == [], [(r.sent_ns - paused_ns) / 1e9 for r in in_pause]
+    assert gen.state.skipped_paused > 0
+    assert any(r.sent_ns > resumed_ns for r in results)  # issuing went on after it
+
+
+def test_an_open_loop_refuses_a_concurrency_change_and_a_cap_below_one() -> None:
+    pool = PromptPool((Prompt(0, "hi"),), source="test")
+    bodies = BodyBuilder(model="m", max_tokens=4)
+    client = StreamClient(max_connections=4)
+    plan = _plan("http://127.0.0.1:1", 1.0)
+    gen = OpenLoopGenerator(plan, client, pool, bodies, lambda r: None, iter([0.0]), 4)
+    with pytest.raises(ValueError, match="open loop; change its rate"):
+        gen.set_concurrency(8)
+    assert gen.tasks == []  # no closed-loop worker was started
+    with pytest.raises(ValueError, match="max_in_flight must be 1 or more, not 0"):
+        OpenLoopGenerator(plan, client, pool, bodies, lambda r: None, iter([0.0]), 0)
+
+
+class _BrokenEveryThird(StreamClient):
+    """The real client with a soaktop bug injected: every third request raises."""
+
+    calls = 0
+
+    async def stream_into(self, result: RequestResult, url: str, body: bytes) -> RequestResult:
+        self.calls += 1
+        if self.calls % 3 == 0:
+            raise RuntimeError("injected bug")
+        return await super().stream_into(result, url, body)
+
+
+async def test_a_soaktop_error_in_a_request_is_journaled_not_lost() -> None:
+    results: list[RequestResult] = []
+    async with serve(0.005) as base, _BrokenEveryThird(max_connections=64) as client:
+        gen = _generator(base, client, results, rate=40, cap=64, duration_s=0.5)
+        assert await gen.start_workers()
+        await asyncio.wait_for(gen.run(), 20)
+    # every issued request reaches the journal; the broken ones as the client's failure
+    assert len(results) == gen.state.issued == 20
+    broken = [r for r in results if r.failure is not None]
+    assert len(broken) == sum(gen.state.worker_errors.values()) == 6
+    assert all(
+        r.failure == "client_error" and "injected bug" in (r.failure_detail or "") for r in broken
+    )

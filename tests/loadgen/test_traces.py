@@ -149,6 +149,11 @@ def _moon(inp: int, ids: object) -> str:
             BURST + "5,GPT-4,9,0,9,API log\n",
             f"holds no arrivals (1 line(s) skipped: {SKIP_NO_OUTPUT})",
         ),
+        (BURST + "1_000,GPT-4,9,3,12,API log\n", "line 2: Timestamp = '1_000'; allowed: sec"),
+        (
+            BURST + '5,"GPT\n4",x,3,12,API log\n',  # a quoted cell spans lines 2 and 3
+            "line 3: Request tokens = 'x'",
+        ),
     ],
 )
 def test_a_bad_trace_is_refused_naming_the_file_line_field_value_and_what_is_allowed(
@@ -159,6 +164,30 @@ def test_a_bad_trace_is_refused_naming_the_file_line_field_value_and_what_is_all
     with pytest.raises(TraceError) as err:
         load_trace(path)
     assert f"trace file {str(path)!r}" in str(err.value) and words in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "lines"),
+    [
+        ("\n\n" + BURST + "5,GPT-4,9,3,12,API log\n", "burstgpt", [4]),  # blank lines first
+        ("\r\n" + AZURE + "2023-11-16 18:15:46.6805900,3,4\r\n", "azure", [3]),
+        ("\ufeff" + AZURE.replace("\n", "\r\n") + "2023-11-16 18:15:46,3,4\r\n", "azure", [2]),
+        (  # a JSON string may hold U+2028 raw: not a line break
+            '{"t_s": 0, "input_tokens": 9, "output_tokens": 2, "prefix": "a\u2028b", '
+            '"prefix_tokens": 3}\n' + GOOD,
+            "soaktop",
+            [1, 2],
+        ),
+        (GOOD.replace("\n", "\r") * 2, "soaktop", [1, 2]),  # bare CRs
+    ],
+)
+def test_blank_lines_bom_crlf_and_unicode_line_separators_are_read_as_written(
+    tmp_path, text, fmt, lines
+):
+    path = tmp_path / "ok.trace"
+    path.write_bytes(text.encode())
+    trace = load_trace(path)
+    assert trace.format == fmt and [a.line for a in trace.arrivals] == lines
 
 
 def test_a_missing_file_and_a_directory_are_refused_in_words(tmp_path):
