@@ -3,9 +3,13 @@
 The load summary's open-loop figures need two numbers the journals do not hold as such:
 
 - ``offered_rate``: the schedule's arrivals in the judged window. The schedule is the
-  config's (arrival model, rate, burstiness, seed), drawn again exactly as finalize does
-  (:func:`soak.run.steady_load.offered_rate`); its origin, the barrier's release, is the
-  first arrival's intended send (every schedule's first offset is 0).
+  config's (arrival model, rate, burstiness, seed) under the generator's rate curve —
+  its planned steps' (stages, a sweep: :func:`soak.run.load_steps.step_curve`), each
+  live change of rate applied where its ``step`` event says it began — drawn again as
+  finalize does (:func:`soak.run.steady_load.offered_rate`); its origin, the barrier's
+  release, is the first arrival's intended send (every schedule's first offset is 0).
+  Not the constant ``--rate``: a stepped load's ``rate`` is its highest target, so a
+  sweep of 5 and 20 req/s would be judged against 20 throughout.
 - ``held_by_cap``: the generator's count, which snapshots carry (schema 1.4) — the last
   snapshot's, at most one tick old; a run whose snapshots never said leaves it unknown
   (None), and a note says so.
@@ -21,17 +25,21 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from loadgen.arrivals import ARRIVAL_MODELS, RateCurve
 from soak.after.journal_facts import RunJournals
 from soak.record.journal import read_jsonl
 from soak.record.models import Reason
+from soak.record.step_figures import steps_from_events
 from soak.record.summary import LoadTiming
 from soak.run.config import RunConfig
+from soak.run.load_steps import step_curve
 from soak.run.steady_load import offered_rate
 
 SCHEDULE_FIELDS = (
     "arrival", "rate", "burstiness", "arrival_seed", "pool_seed", "trace_file", "time_scale",
+    "stages", "sweep", "step_duration_s", "settle_s", "duration_s",
 )  # fmt: skip
-"""The config fields that fix an open-loop schedule."""
+"""The config fields that fix an open-loop schedule (the steps' too: its rate curve)."""
 
 
 def open_loop_timing(
@@ -47,7 +55,8 @@ def open_loop_timing(
     if released is None:  # no request was journaled: no window to measure
         return timing, []
     schedule = RunConfig.model_construct(**{k: config[k] for k in SCHEDULE_FIELDS if k in config})
-    rate = offered_rate(schedule, released, timing.issue_start_s, timing.issue_end_s)
+    curve = _rate_curve(schedule, journals, released)
+    rate = offered_rate(schedule, released, timing.issue_start_s, timing.issue_end_s, curve)
     held: int | None = None
     notes: list[Reason] = []
     snap = journals.last_snapshot
@@ -63,6 +72,23 @@ def open_loop_timing(
             )
         )
     return dataclasses.replace(timing, offered_rate=rate, held_by_cap=held), notes
+
+
+def _rate_curve(schedule: RunConfig, journals: RunJournals, released: float) -> RateCurve | None:
+    """The generator's rate curve as the run left it (None: the plain ``--rate`` schedule,
+    or a trace's fixed times): the planned steps', then every live change of rate (a
+    ``live`` step after step 0, which is the load before the first change) from where
+    its step began — the runner's own change came microseconds after that mark."""
+    if schedule.arrival not in ARRIVAL_MODELS:
+        return None
+    curve = step_curve(schedule)
+    for step in steps_from_events(journals.event_lines(), None):
+        if step.origin != "live" or step.index == 0 or step.rate_start is None:
+            continue
+        if curve is None:
+            curve = RateCurve(points=[(0.0, float(schedule.rate or 0.0))])
+        curve.set_from(max(0.0, step.start_s - released), step.rate_start)
+    return curve
 
 
 def _first_intended(run_dir: Path) -> float | None:

@@ -44,7 +44,7 @@ from soak.record.models import (
     exit_code_for,
 )
 from soak.record.run_dir import RunDirError, journal_problems, load_run_record
-from soak.record.step_figures import counts_from_record
+from soak.record.step_figures import counts_from_record, steps_from_events
 from soak.record.summary import LoadTiming, summarize_load
 from soak.record.turn_figures import conversation_fields
 from soak.run.finalize import HASHED_FILES
@@ -211,8 +211,11 @@ def _steps_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> list[Loa
     """Every step's figures and goodput and the sweep's knee, recomputed from
     requests.jsonl over the record's step spans (the counters only the run knew, as the
     whole load's, from the record), compared."""
-    if not rec.steps or rec.load is None:
+    if rec.load is None:
         return list(rec.steps)
+    _check_step_spans(run_dir, rec.steps, rec.load.issue_end_s, problems)
+    if not rec.steps:
+        return []
     steps, sweep = measured_steps(
         run_dir / "requests.jsonl",
         rec.steps,
@@ -226,6 +229,24 @@ def _steps_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> list[Loa
         theirs["sweep"] = sweep.model_dump(mode="json")
     _diff("record", mine, theirs, problems)
     return steps
+
+
+def _check_step_spans(
+    run_dir: Path, steps: list[LoadStep], issue_end_s: float | None, problems: list[str]
+) -> None:
+    """The record's steps are the ones the run announced in events.jsonl (hashed): a step
+    cannot be dropped, added or moved in the record alone, its figures recomputed to match."""
+    announced = steps_from_events(read_jsonl(run_dir / "events.jsonl"), issue_end_s)
+    if len(announced) != len(steps):
+        problems.append(f"steps: record has {len(steps)}, events.jsonl announced {len(announced)}")
+        return
+    figures = {"load", "goodput"}
+    _diff(
+        "steps (events.jsonl)",
+        {"steps": [s.model_dump(mode="json", exclude=figures) for s in steps]},
+        {"steps": [s.model_dump(mode="json", exclude=figures) for s in announced]},
+        problems,
+    )
 
 
 def _classes_again(

@@ -7,17 +7,20 @@ it completed and meets every objective; **goodput** is good requests ÷ the step
 span, in requests/s, as vLLM's benchmark ``--goodput`` counts it (there over the whole
 benchmark; here per load step, after its settle time). Per request:
 
-- ``ttft`` and ``e2e``: the request's own, from its send;
+- ``ttft`` and ``e2e``: the request's own, from its send — in an open loop from its
+  *intended* send (lateness included, as the schedule-relative figures are): a request the
+  client or the cap held back was not served within its objective to the user who
+  arrived then (coordinated omission);
 - ``tpot``: (e2e − ttft) ÷ (output tokens − 1); a request of one token has none and meets it;
 - ``itl``: its largest gap between content chunks (every gap must meet the bound).
 
 Without an SLO every completed request is good: goodput is the completed throughput.
 
-**The knee** of a sweep (its steps in ascending order of target) is the last step before
-goodput stops rising: the first step whose next step's goodput is not above it by more
-than :data:`KNEE_RISE` (5 %). A sweep whose goodput still rises at its last step has no
-knee (``None``: the sweep did not reach it). The rule is stated in the record
-(:data:`KNEE_RULE`).
+**The knee** of a sweep (its steps in ascending order of target) is where goodput stops
+rising for good: the first step that no later step's goodput exceeds by more than
+:data:`KNEE_RISE` (5 %). A dip followed by a real rise is not a knee (one noisy step must
+not end the curve early); a sweep whose last step still rose has no knee (``None``: the
+sweep did not reach it). The rule is stated in the record (:data:`KNEE_RULE`).
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ KNEE_RISE = 0.05
 """A step's goodput must exceed the previous one's by more than this share to count as a
 rise: a sweep's steps are short, and a few percent is what chance alone moves them."""
 KNEE_RULE = (
-    "the last step before goodput stops rising: the first step whose next step's goodput "
-    f"is not above it by more than {KNEE_RISE:.0%} (none: goodput still rose at the last step)"
+    "where goodput stops rising for good: the first step that no later step's goodput "
+    f"exceeds by more than {KNEE_RISE:.0%} (none: goodput still rose at the last step)"
 )
 MAX_SLO_ITEMS = 8
 
@@ -116,10 +119,12 @@ def request_meets(line: dict[str, Any], slos: Sequence[Slo]) -> bool:
 def _value(line: dict[str, Any], metric: SloMetric) -> float | None:
     """The request's own figure for ``metric`` (None: it has none, e.g. a 1-token tpot)."""
     ttft, e2e = line.get("ttft_s"), line.get("e2e_s")
-    if metric == "ttft":
-        return float(ttft) if ttft is not None else math.inf  # completed without a token
+    intended = line.get("intended_s")
+    late = 0.0 if intended is None else max(0.0, float(line["sent_s"]) - float(intended))
+    if metric == "ttft":  # completed without a token: it never met a first-token bound
+        return float(ttft) + late if ttft is not None else math.inf
     if metric == "e2e":
-        return float(e2e) if e2e is not None else math.inf
+        return float(e2e) + late if e2e is not None else math.inf
     if metric == "tpot":
         ot = line.get("output_tokens")
         if ttft is None or e2e is None or not ot or ot <= 1:
@@ -132,11 +137,11 @@ def _value(line: dict[str, Any], metric: SloMetric) -> float | None:
 def knee(goodputs: Sequence[float | None]) -> int | None:
     """The knee's position in ``goodputs`` (a sweep's steps in order), by :data:`KNEE_RULE`;
     None when goodput still rose at the last step, or a step has no goodput to compare."""
-    for i in range(len(goodputs) - 1):
-        here, after = goodputs[i], goodputs[i + 1]
-        if here is None or after is None:
-            return None
-        if after <= here * (1 + KNEE_RISE):
+    if any(g is None for g in goodputs):
+        return None
+    values = [float(g) for g in goodputs if g is not None]
+    for i in range(len(values) - 1):
+        if max(values[i + 1 :]) <= values[i] * (1 + KNEE_RISE):
             return i
     return None
 

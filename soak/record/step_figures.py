@@ -56,13 +56,18 @@ def counts_from_record(steps: Sequence[LoadStep]) -> list[StepCounts]:
 
 def judged_span(step: LoadStep, whole: LoadTiming) -> tuple[float, float] | None:
     """The step's judged span (run seconds): after its settle and the warm-up, to its
-    end; None while it has no end."""
+    end or the issue window's, whichever is first; None while it has no end."""
     if step.end_s is None:
         return None
+    hi = step.end_s
+    if whole.issue_end_s is not None:
+        # Nothing is sent after issuing stopped: a load stopped early (an operator's stop,
+        # an abort) can have a step that ends, or even begins, in its drain.
+        hi = min(hi, whole.issue_end_s)
     lo = step.start_s + step.settle_s
     if whole.issue_start_s is not None:
         lo = max(lo, whole.issue_start_s)  # the warm-up's requests are not the step's
-    return min(lo, step.end_s), step.end_s
+    return min(lo, hi), hi
 
 
 def step_timing(
@@ -149,7 +154,8 @@ def steps_from_events(
 ) -> list[LoadStep]:
     """The steps a run announced (its ``step`` events, each holding its
     :class:`LoadStep`), each ended by the next one's start, the last by the issue
-    window's end: how ``recover`` finds the steps of a run that wrote no record."""
+    window's end, as the runner ends them: how ``recover`` finds the steps of a run that
+    wrote no record, and what ``verify`` holds the record's steps to."""
     steps = [
         LoadStep.model_validate(ev["data"]["step"])
         for ev in events
@@ -158,7 +164,9 @@ def steps_from_events(
     for before, after in itertools.pairwise(steps):
         before.end_s = after.start_s
     if steps and issue_end_s is not None:
-        steps[-1].end_s = max(issue_end_s, steps[-1].start_s)
+        # Not raised to its start: a step begun in the drain of a load stopped early ends
+        # before it began, as the runner writes it; judged_span measures nothing of it.
+        steps[-1].end_s = issue_end_s
     return steps
 
 

@@ -50,11 +50,25 @@ def test_a_good_request_completed_and_meets_every_objective() -> None:
     assert request_meets(_line(0, 0, ttft=9.0), [])  # no SLO: every completed one
 
 
-def test_the_knee_is_the_last_step_before_goodput_stops_rising() -> None:
+def test_the_knee_is_where_goodput_stops_rising_for_good() -> None:
     assert knee([5.0, 10.0, 19.0, 19.5, 12.0]) == 2  # 19.5 is not 5 % above 19
     assert knee([5.0, 10.0, 20.0]) is None  # still rising: the sweep did not reach it
     assert knee([5.0, 4.0]) == 0
-    assert "5%" in KNEE_RULE
+    # one noisy dip is not the knee when goodput triples after it
+    assert knee([5.0, 10.0, 9.8, 20.0, 30.0]) is None
+    assert knee([5.0, 10.0, 9.8, 10.2, 10.1]) == 1
+    assert knee([5.0, None, 10.0]) is None
+    assert "5%" in KNEE_RULE and "for good" in KNEE_RULE
+
+
+def test_open_loop_goodput_counts_from_the_intended_send() -> None:
+    slos = parse_slo("ttft<1s,e2e<2s")
+    on_time = {"ok": True, "sent_s": 10.0, "intended_s": 10.0, "ttft_s": 0.5, "e2e_s": 1.5}
+    # the same answer, sent 0.8 s late: 1.3 s from when the user arrived
+    late = {**on_time, "sent_s": 10.8}
+    closed = {k: v for k, v in late.items() if k != "intended_s"}
+    assert request_meets(on_time, slos) and request_meets(closed, slos)
+    assert not request_meets(late, slos)
 
 
 def _write(path: Path, lines: list[dict[str, Any]]) -> Path:
@@ -96,3 +110,97 @@ def test_lines_without_a_step_belong_to_step_0(tmp_path: Path) -> None:
     whole = LoadTiming(requested_concurrency=1, workers_started=1, barrier_released=True)
     done, sweep = measured_steps(path, steps, whole, {}, [StepCounts(), StepCounts()])
     assert [s.load.completed for s in done if s.load] == [1, 1] and sweep is None
+
+
+def _recovered_offered(tmp_path: Path, config: dict[str, Any], events: list[Any]) -> float | None:
+    """``soaktop recover``'s offered rate of an open-loop window 2.0 .. 10.0 s."""
+    from soak.after.journal_facts import RunJournals
+    from soak.after.recover_open_loop import open_loop_timing
+
+    _write(tmp_path / "requests.jsonl", [_line(2.0, None, intended_s=2.0)])
+    whole = LoadTiming(
+        requested_concurrency=1, workers_started=1, barrier_released=True,
+        issue_start_s=2.0, issue_end_s=10.0, offered_rate=None,
+    )  # fmt: skip
+    journals = RunJournals(events=events, last_snapshot=None)
+    timing, _ = open_loop_timing(tmp_path, config, journals, whole)
+    assert timing is not None
+    return timing.offered_rate
+
+
+def test_recover_offers_a_sweeps_own_rates_not_its_highest(tmp_path: Path) -> None:
+    """A rate sweep's ``config.rate`` is its highest step: recover drew the schedule at
+    20 req/s throughout, and a recovered sweep of 5 and 20 req/s read as not achieved."""
+    config = {
+        "arrival": "constant", "rate": 20.0, "sweep": "rate=5,20", "step_duration_s": 4.0,
+        "settle_s": 1.0, "duration_s": 8.0, "pool_seed": 0,
+    }  # fmt: skip
+    offered = _recovered_offered(tmp_path, config, [])
+    assert offered == pytest.approx((5 * 4 + 20 * 4) / 8, abs=0.2)
+
+
+def test_recover_offers_the_rate_a_live_change_set(tmp_path: Path) -> None:
+    from soak.record.events import Event
+
+    config = {"arrival": "constant", "rate": 10.0, "duration_s": 8.0, "pool_seed": 0}
+    steps = [
+        LoadStep(index=0, origin="live", label="start: rate 10 req/s", start_s=2.0),
+        LoadStep(index=1, origin="live", label="live: rate 40", start_s=6.0, rate_start=40.0),
+    ]
+    events = [
+        Event(t=s.start_s, wall="", kind="step", message=s.label,
+              data={"step": s.model_dump(mode="json")})
+        for s in steps
+    ]  # fmt: skip
+    offered = _recovered_offered(tmp_path, config, events)
+    assert offered == pytest.approx((10 * 4 + 40 * 4) / 8, abs=0.2)
+
+
+def test_a_step_is_measured_only_while_the_load_issued(tmp_path: Path) -> None:
+    """A load stopped early at 4.0 s: its step 1 began (at 4.5 s) in the drain, and step
+    0's span ends where issuing stopped, not where step 1 began (its rates per second of
+    issuing)."""
+    path = _write(tmp_path / "requests.jsonl", [_line(1.0 + i * 0.5, 0) for i in range(6)])
+    steps = [
+        LoadStep(index=0, origin="sweep", label="c=1", start_s=1.0, end_s=4.5),
+        LoadStep(index=1, origin="sweep", label="c=2", start_s=4.5, end_s=4.0),
+    ]
+    whole = LoadTiming(
+        requested_concurrency=2, workers_started=2, barrier_released=True,
+        issue_start_s=1.0, issue_end_s=4.0, drain_end_s=6.0,
+    )  # fmt: skip
+    done, _ = measured_steps(path, steps, whole, {}, [StepCounts(), StepCounts()])
+    first, second = (s.load for s in done)
+    assert first is not None and second is not None
+    assert (first.issue_s, first.completed, first.requests_per_s) == (3.0, 6, 2.0)
+    assert (second.issue_s, second.completed, done[1].goodput) == (0.0, 0, None)
+
+
+def test_verify_holds_the_records_steps_to_the_step_events(tmp_path: Path) -> None:
+    """A step moved, relabelled or dropped in record.json alone (its figures recomputed
+    to match) is a difference: the run announced its steps in events.jsonl."""
+    from soak.after.verify import _check_step_spans
+
+    steps = [
+        LoadStep(index=0, origin="sweep", label="rate=5", start_s=1.0, rate_start=5.0),
+        LoadStep(index=1, origin="sweep", label="rate=20", start_s=5.0, rate_start=20.0),
+    ]
+    events = [
+        {"t": s.start_s, "wall": "", "kind": "step", "severity": "info", "message": s.label,
+         "data": {"step": s.model_dump(mode="json")}}
+        for s in steps
+    ]  # fmt: skip
+    _write(tmp_path / "events.jsonl", events)
+    recorded = [
+        steps[0].model_copy(update={"end_s": 5.0}),
+        steps[1].model_copy(update={"end_s": 9.0}),
+    ]
+    problems: list[str] = []
+    _check_step_spans(tmp_path, recorded, 9.0, problems)
+    assert problems == []
+    moved = [recorded[0].model_copy(update={"end_s": 6.0}), recorded[1]]
+    _check_step_spans(tmp_path, moved, 9.0, problems)
+    assert problems == ["steps (events.jsonl).steps[0].end_s: record 6.0, journal 5.0"]
+    problems.clear()
+    _check_step_spans(tmp_path, [], 9.0, problems)
+    assert problems == ["steps: record has 0, events.jsonl announced 2"]
