@@ -55,6 +55,8 @@ def next_target(snap: Snapshot | None, asked: Asked | None, direction: int) -> A
     """The target a key press asks for, or why there is none to ask (in words)."""
     if snap is None or snap.phase not in ("load", "paused"):
         return "no load is issuing: the rate and concurrency change only during the load"
+    if snap.phase == "paused":  # the runner refuses it: a step begun in a pause measures it
+        return "issuing is paused: resume (p) first, then change the load"
     if snap.matrix is not None:
         return "a matrix run's concurrency is each cell's: it cannot be changed live"
     pending = asked is not None and snap.seq <= asked.seq + 1

@@ -5,8 +5,8 @@ run's ``control.jsonl`` (:func:`soak.run.control.send_control`), which the runne
 its next snapshot tick and turns into a new load step with its own figures. It writes
 nothing else and talks to the runner no other way; it refuses a run that is over (its
 record is written, or its runner is gone), both targets at once, a target the run's loop
-does not have (a rate for a closed loop, a concurrency for an open one) and values out of
-the config's bounds.
+does not have (a rate for a closed loop, a concurrency for an open one, either for a
+trace replay) and values out of the config's bounds.
 """
 
 from __future__ import annotations
@@ -49,6 +49,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def target_problem(arrival: str, rate: float | None, concurrency: int | None) -> str | None:
     """Why this target cannot be sent to a run with that arrival model (None: it can)."""
+    if arrival == "trace":
+        flag = "--rate" if rate is not None else "--concurrency"
+        return (
+            f"{flag}: this run replays a trace (--arrival trace:FILE), whose own times set "
+            "the load: neither its rate nor its concurrency can be changed live"
+        )
     if rate is not None:
         if arrival == "closed":
             return "--rate: this run is a closed loop (--arrival closed); use --concurrency N"

@@ -139,6 +139,8 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         "dcgm": ["http://127.0.0.1:1/metrics"],  # the simulated engine always exports DCGM
         "nvml": False,  # its GPUs are simulated; this host's real ones would only confuse
     }
+    if str(values.get("arrival") or "").startswith("trace:"):  # a replay lasts its trace
+        del base["duration_s"]
     try:  # validate before starting anything: a bad value never leaves a process behind
         load_config(values, base=base, cli_flags=cli_flags())
     except ConfigError as e:

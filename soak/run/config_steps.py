@@ -211,6 +211,12 @@ def _plan_problem(cfg: RunConfig) -> str | None:
         return "stages and sweep are exclusive: one plan of steps per run"
     if cfg.matrix is not None:
         return "stages and sweep are for a soak, not a matrix (it has its own cells)"
+    if cfg.arrival == "trace":
+        what = "stages" if cfg.stages is not None else "sweep"
+        return (
+            f"{what} with a trace replay (--arrival trace:FILE): the trace's own times set "
+            f"the load; drop --{what}, or --arrival"
+        )
     if cfg.sweep is not None:
         kind, values = parse_sweep(cfg.sweep)
         if (why := _sweep_timing(cfg, len(values))) is not None:
@@ -267,7 +273,9 @@ def _sweep_timing(cfg: RunConfig, n: int) -> str | None:
     """A sweep's step duration and settle: given, or ``duration_s`` split evenly."""
     given_window = _given(cfg, "duration_s")
     if cfg.step_duration_s is None:
-        if not given_window or cfg.duration_s is None:
+        # Without a step length, a window given at the default's value (--duration 60) is
+        # the one to split: nothing else could be meant by it.
+        if "duration_s" not in cfg.model_fields_set or cfg.duration_s is None:
             return "a sweep needs step_duration_s (--step-duration S) or duration_s (split evenly)"
         cfg.step_duration_s = cfg.duration_s / n
     elif (

@@ -181,11 +181,21 @@ class LoadSteps:
         """Change the load's target now: ``rate`` (open loop, requests/s) or ``concurrency``
         (closed loop, workers). Returns None when applied (a new step began), else why
         not in words (the caller emits it; nothing changed). Safe to call from the
-        runner's loop at any time: outside the issue window it is refused."""
+        runner's loop at any time: outside the issue window, while issuing is paused and
+        on a trace replay (its times are the trace's) it is refused."""
         why = self._refusal(rate, concurrency)
         if why is not None:
             return why
         now_ns = time.perf_counter_ns()
+        start = None if self.state.steps else self._start_step()  # its target: the one before
+        try:  # the generator's own bounds (the connections its client pools) have the last word
+            if rate is not None:
+                self._set_rate(rate)
+            else:
+                assert concurrency is not None
+                self.gen.set_concurrency(concurrency)
+        except ValueError as e:  # refused before anything changed, like _refusal's
+            return str(e)
         if self._planned:
             self._planned = False
             left = len(self.plan) - len(self.state.steps)
@@ -195,28 +205,23 @@ class LoadSteps:
                     f"a live change ends the plan: {left} planned step{'s' * (left != 1)} not run",
                     "warning",
                 )
-        if not self.state.steps:  # the load before the first change: step 0
-            self._append(self._start_step())
+        if start is not None:  # the load before the first change: step 0
+            self._append(start)
         why_words = f" ({note})" if note else ""
         if rate is not None:
-            self._set_rate(rate)
-            label = f"live: rate {rate:g} req/s{why_words}"
             step = LoadStep(
                 index=len(self.state.steps),
                 origin=origin,
-                label=label,
+                label=f"live: rate {rate:g} req/s{why_words}",
                 start_s=(now_ns - self.state.origin_ns) / 1e9,
                 rate_start=rate,
                 rate_end=rate,
             )
         else:
-            assert concurrency is not None
-            self.gen.set_concurrency(concurrency)
-            label = f"live: concurrency {concurrency}{why_words}"
             step = LoadStep(
                 index=len(self.state.steps),
                 origin=origin,
-                label=label,
+                label=f"live: concurrency {concurrency}{why_words}",
                 start_s=(now_ns - self.state.origin_ns) / 1e9,
                 concurrency_start=concurrency,
                 concurrency_end=concurrency,
@@ -229,6 +234,13 @@ class LoadSteps:
         gs = self.gen.state
         if gs.barrier_released_ns is None or gs.issue_ended_ns is not None:
             return "not issuing (a change applies inside the issue window only)"
+        if self.gen.paused:  # a step begun in a pause would measure the pause
+            return "issuing is paused: resume first, then change the load"
+        if self.open_loop and getattr(self.gen, "curve", None) is None:
+            return (
+                "a trace replay sends at the trace's own times: neither its rate nor its "
+                "concurrency can be changed live (--time-scale sets its pace)"
+            )
         if (rate is None) == (concurrency is None):
             return "give one of rate (open loop) or concurrency (closed loop)"
         if self.open_loop and rate is None:

@@ -73,6 +73,9 @@ def load_salt(path: Path | None = None) -> tuple[bytes, str | None]:
 def _path_values(config: RunConfig) -> list[str]:
     paths = [str(config.out), str(config.out.resolve())]
     paths += [str(p) for p in (config.prompts, *config.suite_files, *config.server_log) if p]
+    paths += [str(config.trace_file)] if config.trace_file else []
+    if config.mix is not None:  # the mix file and its classes' prompt files
+        paths += [config.mix.file, *(c.prompts for c in config.mix.classes if c.prompts)]
     return paths
 
 

@@ -134,8 +134,8 @@ class SnapshotTick:
         gen_plan = gen.plan if gen is not None else None
         per_plan = cfg.matrix or cfg.arrival != "closed"  # open loop: warmed connections
         requested = gen_plan.concurrency if per_plan and gen_plan else cfg.concurrency
-        if not per_plan and st.steps and st.steps[-1].concurrency_end is not None:
-            requested = st.steps[-1].concurrency_end  # a stepped closed loop: its target now
+        if not per_plan and st.steps and gen is not None:
+            requested = gen.concurrency_target  # a stepped closed loop: its target now
         return LoadView(
             requested_concurrency=requested,
             workers_started=gs.workers_started,

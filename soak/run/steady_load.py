@@ -126,10 +126,10 @@ class SteadyLoad:
             engines.tracking = True
         p.lag.take_interval(keep=False)  # barrier start-up lag is not load lag
         pace = "" if cfg.rate is None else f" at {cfg.rate:g} req/s ({cfg.arrival})"
-        issuing = f"for {cfg.duration_s} s{pace}"
+        issuing = f"issuing for {cfg.duration_s} s{pace}"
         if cfg.arrival == "trace":
-            issuing = trace_setup.replay_words(cfg)
-        st.enter("load", f"barrier released: issuing {issuing}")
+            issuing = trace_setup.replay_words(cfg)  # "replaying <format> trace ..."
+        st.enter("load", f"barrier released: {issuing}")
         p.window.open(st.now_s())
         canary: asyncio.Task[None] | None = None
         if p.gates is not None and cfg.canary_interval_s:
