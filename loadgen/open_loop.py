@@ -33,8 +33,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.arrivals import RateCurve
@@ -70,6 +70,16 @@ class OpenLoopState(LoadState):
     skipped_paused: int = 0
     """Arrivals whose intended time fell inside an operator's pause: not sent (a pause is
     part of the window, recorded), and not sent in a burst on resume either."""
+    pauses: list[tuple[int, int | None]] = field(default_factory=list)
+    """The operator's pauses, ``(paused_ns, resumed_ns)`` (None: still paused): the
+    arrivals the schedule had in them were withheld by the operator, not offered."""
+
+    def paused_spans_s(self, released_ns: int) -> list[tuple[float, float]]:
+        """The pauses in seconds from the release (an open one runs to infinity)."""
+        return [
+            ((a - released_ns) / 1e9, math.inf if b is None else (b - released_ns) / 1e9)
+            for a, b in self.pauses
+        ]
 
 
 def _wake(fut: asyncio.Future[None]) -> None:
@@ -197,9 +207,22 @@ class OpenLoopGenerator(LoadGenerator):
         self._poke()
 
     def pause(self) -> None:
-        """Stop issuing until :meth:`resume`; arrivals due meanwhile are skipped."""
+        """Stop issuing until :meth:`resume`; arrivals due meanwhile are skipped (and the
+        pause's span kept: they were not offered)."""
+        if not self.paused:
+            self.state.pauses.append((self._clock_ns(), None))
         super().pause()
         self._poke()
+
+    def resume(self) -> None:
+        """Issue again; arrivals due from now on are sent."""
+        if self.paused:
+            # One instant for both: the span kept is exactly where arrivals are skipped
+            # (those due before it, still unsent, are too: they fell in the pause).
+            self._resumed_ns = now = self._clock_ns()
+            if self.state.pauses:
+                self.state.pauses[-1] = (self.state.pauses[-1][0], now)
+        super().resume()
 
     def _intended_ns(self, start_ns: int, offset: float) -> int:
         at = offset if self.curve is None else self.curve.time_of(offset)
@@ -251,7 +274,7 @@ class OpenLoopGenerator(LoadGenerator):
         start_ns = self.state.barrier_released_ns
         window_s = self.plan.duration_s
         end_ns = _NEVER if window_s is None else start_ns + int(window_s * 1e9)
-        clock, issuing, stop, gs = self._clock_ns, self._issuing, self._stop, self.state
+        clock, issuing, stop = self._clock_ns, self._issuing, self._stop
         for arrival, offset in enumerate(self._offsets):
             intended_ns = self._intended_ns(start_ns, offset)
             if (
@@ -265,18 +288,27 @@ class OpenLoopGenerator(LoadGenerator):
                 if intended_ns == _STOP:
                     return
                 if intended_ns == _SKIP:
-                    gs.skipped_paused += 1
+                    self._skipped(self._intended_ns(start_ns, offset))
                     continue
             if len(self._requests) >= self.max_in_flight:
                 intended_ns = await self._hold(start_ns, offset, end_ns, intended_ns)
                 if intended_ns == _STOP:
                     return
                 if intended_ns == _SKIP:
-                    gs.skipped_paused += 1
+                    self._skipped(self._intended_ns(start_ns, offset))
                     continue
             if (seq := self._next_seq()) is None:
                 return
             self._start(seq, arrival, intended_ns)
+
+    def _skipped(self, intended_ns: int) -> None:
+        """Count an arrival the pause skipped; one due just before the pause (the timer's
+        half millisecond, or a late client) widens the kept span back to it, so the span
+        holds every arrival the operator withheld."""
+        gs = self.state
+        gs.skipped_paused += 1
+        if gs.pauses and intended_ns < gs.pauses[-1][0]:
+            gs.pauses[-1] = (intended_ns, gs.pauses[-1][1])
 
     async def _hold(self, start_ns: int, offset: float, end_ns: int, intended_ns: int) -> int:
         """An arrival that found the cap full (counted once in ``held_by_cap``): wait for
@@ -307,8 +339,7 @@ class OpenLoopGenerator(LoadGenerator):
         intended_ns = self._intended_ns(start_ns, offset)
         while True:
             if not self._issuing.is_set():
-                await self._wait_while_paused()
-                self._resumed_ns = self._clock_ns()
+                await self._wait_while_paused()  # resume() marks _resumed_ns
             if self._stop.is_set():
                 return _STOP
             if changes != self._curve_changes:
@@ -386,3 +417,16 @@ class OpenLoopGenerator(LoadGenerator):
             if self._slot_free is not None:
                 _wake(self._slot_free)
         self._on_result(result)
+
+
+def paused_spans(gen: LoadGenerator | None) -> list[tuple[float, float]]:
+    """An open loop's pauses in seconds from its release (none for a closed loop)."""
+    gs = None if gen is None else gen.state
+    if not isinstance(gs, OpenLoopState) or gs.barrier_released_ns is None:
+        return []
+    return gs.paused_spans_s(gs.barrier_released_ns)
+
+
+def in_spans(t: float, spans: Sequence[tuple[float, float]]) -> bool:
+    """``t`` lies in one of ``spans`` (``[a, b)``; few: an operator's pauses)."""
+    return any(a <= t < b for a, b in spans)

@@ -173,10 +173,14 @@ def planned_steps(cfg: RunConfig) -> list[PlannedStep]:
     if cfg.stages:
         at, before = 0.0, 0.0
         for i, s in enumerate(parse_stages(cfg.stages)):
+            if s.duration_s <= 0:  # a jump: the next stage starts from it, no step of no time
+                before = s.target
+                continue
             unit = " req/s" if s.kind == "rate" else " workers"
             over = f"over {_num(s.duration_s)} s"
             label = f"stage {i + 1}: {_num(before)} → {_num(s.target)}{unit} {over}"
-            out.append(PlannedStep(i, "stage", label, at, s.duration_s, s.kind, before, s.target))
+            n = len(out)
+            out.append(PlannedStep(n, "stage", label, at, s.duration_s, s.kind, before, s.target))
             at, before = at + s.duration_s, s.target
     elif cfg.sweep:
         kind, values = parse_sweep(cfg.sweep)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from loadgen.arrivals import ARRIVAL_MODELS, RateCurve, curve_offsets
-from loadgen.open_loop import OpenLoopGenerator
+from loadgen.open_loop import OpenLoopGenerator, in_spans, paused_spans
 from loadgen.workers import LoadGenerator
 from soak.judge.goodput import measured_steps
 from soak.record.models import LoadStep, SweepResult
@@ -114,7 +114,7 @@ class LoadSteps:
             if i > 0:
                 due = released + int(step.offset_s * 1e9)
                 await self._until(due)
-                if not self._planned:
+                if not self._planned or self._issuing_over():
                     return
                 # Open loop: the boundary is the curve's, to the nanosecond (its requests
                 # belong to steps by intended time); closed: when the workers changed.
@@ -123,9 +123,14 @@ class LoadSteps:
                 start_ns = released + int(step.offset_s * 1e9)
                 for at_s, n in ramp_changes(step):
                     await self._until(start_ns + int(at_s * 1e9))
-                    if not self._planned:
+                    if not self._planned or self._issuing_over():
                         return
                     self.gen.set_concurrency(n)
+
+    def _issuing_over(self) -> bool:
+        """The issue window closed (a stop, an abort, the request count) before the plan
+        did: no step begins in the drain."""
+        return self.gen.state.issue_ended_ns is not None
 
     async def _until(self, due_ns: int) -> None:
         """Sleep until ``due_ns`` on the monotonic clock (uvloop's timers may wake a
@@ -335,8 +340,11 @@ class LoadSteps:
         model = cfg.arrival
         if model not in ARRIVAL_MODELS:  # a trace's arrivals are its file's, not a curve's
             return [None] * len(steps)
+        paused = paused_spans(self.gen)  # withheld by the operator: not offered
         i = 0  # the spans follow one another, as the arrivals do: one walk over both
         for offset in curve_offsets(model, curve, cfg.burstiness, seed):
+            if in_spans(offset, paused):
+                continue
             at = released + offset
             while i < len(spans) and ((span := spans[i]) is None or at >= span[1]):
                 i += 1

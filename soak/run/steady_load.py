@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from loadgen.arrivals import RateCurve, arrival_offsets, curve_draws, curve_offsets
 from loadgen.client import StreamClient
 from loadgen.conversation import ConversationGenerator
-from loadgen.open_loop import WARM_CONNECTIONS_MAX, OpenLoopGenerator
+from loadgen.open_loop import WARM_CONNECTIONS_MAX, OpenLoopGenerator, in_spans, paused_spans
 from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.workers import LoadGenerator, LoadPlan
 from probes.host import raise_fd_limit
@@ -80,7 +80,9 @@ class SteadyLoad:
         st, cfg = self.parts.state, self.parts.state.config
         assert st.pool is not None
         cap = in_flight_cap(cfg)
-        sockets = cfg.concurrency if cap is None else cap
+        # A closed loop may be raised live (+, soaktop control) to twice its concurrency:
+        # the pool is a cap, not sockets opened, and a worker must never wait for one.
+        sockets = live_connections(cfg.concurrency) if cap is None else cap
         before, after = raise_fd_limit(sockets + 256)
         if after > before:
             st.events.emit("warning", f"raised the open-files limit {before} → {after}")
@@ -88,7 +90,7 @@ class SteadyLoad:
         what = "workers" if cap is None else "warm connections"
         st.enter("barrier", f"starting {plan.concurrency} {what}")
         async with StreamClient(
-            max_connections=sockets + 16,
+            max_connections=sockets + 16 if cap is not None else sockets,
             connect_timeout_s=cfg.connect_timeout_s,
             read_timeout_s=cfg.read_timeout_s,
             headers=self.headers,
@@ -169,6 +171,12 @@ class SteadyLoad:
         self.parts.state.enter("drain", "issue window closed; draining")
 
 
+def live_connections(concurrency: int) -> int:
+    """The closed loop's pooled connections: room for a live raise to twice the
+    concurrency, or 16 more (``set_concurrency`` refuses more than the client pools)."""
+    return max(2 * concurrency, concurrency + 16)
+
+
 def in_flight_cap(cfg: RunConfig) -> int | None:
     """The open loop's cap on requests in flight (None: the closed loop)."""
     if cfg.arrival == "trace":
@@ -245,7 +253,12 @@ def load_timing(st: RunState) -> LoadTiming | None:
         worker_errors={scrub(k): n for k, n in gs.worker_errors.items()},
         sanity_checked=st.config.sanity_checks,
         offered_rate=offered_rate(
-            st.config, rel(gs.barrier_released_ns), start, end, getattr(st.gen, "curve", None)
+            st.config,
+            rel(gs.barrier_released_ns),
+            start,
+            end,
+            getattr(st.gen, "curve", None),
+            paused_spans(st.gen),
         )
         if open_loop
         else None,
@@ -259,17 +272,20 @@ def offered_rate(
     start_s: float | None,
     end_s: float | None,
     curve: RateCurve | None = None,
+    paused: Sequence[tuple[float, float]] = (),
 ) -> float | None:
     """What the schedule offered in the judged window, requests/s: its arrivals there
     (the same seeded schedule, drawn again; under ``curve``, the generator's rate curve
     with every step and live change) ÷ the window. Not ``--rate`` itself: a Poisson
     count over a short window strays from its mean by chance, and the client is judged
-    against the schedule it was given, not against the mean of all schedules."""
+    against the schedule it was given, not against the mean of all schedules. Arrivals
+    inside an operator's pause (``paused``: spans in seconds from the release) were
+    withheld, not offered: they are not counted."""
     if released_s is None or start_s is None or end_s is None or end_s <= start_s:
         return None
     lo, hi = start_s - released_s, end_s - released_s
     if cfg.arrival == "trace":
-        return trace_setup.offered_rate(cfg, lo, hi)
+        return trace_setup.offered_rate(cfg, lo, hi, paused)
     if cfg.arrival == "closed" or cfg.rate is None:
         return None
     seed = arrival_seed(cfg)
@@ -282,7 +298,7 @@ def offered_rate(
     for offset in schedule:
         if offset >= hi:
             break
-        count += offset >= lo
+        count += offset >= lo and not in_spans(offset, paused)
     return count / (end_s - start_s)
 
 

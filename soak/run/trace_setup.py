@@ -11,7 +11,7 @@ arrival is sent ("trace replayed"), or at ``max_requests``. What each arrival se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,16 +56,20 @@ def in_flight_cap(cfg: RunConfig) -> int:
     return cfg.max_in_flight if cfg.max_in_flight is not None else trace_cap(scaled_offsets(cfg))
 
 
-def offered_rate(cfg: RunConfig, lo_s: float, hi_s: float) -> float | None:
+def offered_rate(
+    cfg: RunConfig, lo_s: float, hi_s: float, paused: Sequence[tuple[float, float]] = ()
+) -> float | None:
     """Arrivals the trace offered in ``[lo_s, hi_s]`` (offsets from the release) ÷ the
-    span. The end is inclusive: a replay's window closes at its last arrival's send.
-    None when the file cannot be read any more (``recover`` of a run whose trace moved,
-    or whose config has it redacted)."""
+    span, less those inside an operator's pause (``paused``, ``[a, b)`` spans: withheld,
+    not offered). The end is inclusive: a replay's window closes at its last arrival's
+    send. None when the file cannot be read any more (``recover`` of a run whose trace
+    moved, or whose config has it redacted)."""
     try:
         offsets = scaled_offsets(cfg)
     except TraceError:
         return None
-    return sum(1 for t in offsets if lo_s <= t <= hi_s) / (hi_s - lo_s)
+    count = sum(1 for t in offsets if lo_s <= t <= hi_s and not any(a <= t < b for a, b in paused))
+    return count / (hi_s - lo_s)
 
 
 async def trace_pool(cfg: RunConfig, headers: dict[str, str]) -> PromptPool:

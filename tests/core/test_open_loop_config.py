@@ -55,3 +55,14 @@ def test_default_cap_is_littles_law_with_headroom_and_bounded():
     assert default_max_in_flight(0.01) == 64  # never below the warm connections
     assert default_max_in_flight(20.0) == 4800  # 4 × 20 req/s × 60 s
     assert default_max_in_flight(1000.0) == 10_000
+
+
+def test_arrivals_inside_an_operators_pause_are_not_offered():
+    from soak.run.steady_load import offered_rate
+
+    cfg = _load(arrival="constant", rate=50)
+    # 50 arrivals in the 1 s window; the pause from 0.3 s to 0.6 s withheld 15 of them
+    assert offered_rate(cfg, 0.0, 0.0, 1.0) == pytest.approx(50.0)
+    assert offered_rate(cfg, 0.0, 0.0, 1.0, paused=[(0.3, 0.6)]) == pytest.approx(35.0)
+    # an open pause (the run stopped while paused) withholds everything after it
+    assert offered_rate(cfg, 0.0, 0.0, 1.0, paused=[(0.5, float("inf"))]) == pytest.approx(25.0)

@@ -107,3 +107,14 @@ def test_a_closed_ramp_adds_each_worker_when_the_line_reaches_it() -> None:
     # Down: the line rounded down, one worker parked at each crossing.
     assert ramp_changes(_ramp(4, 2, 4)) == [(0.0, 3), (2.0, 2)]
     assert ramp_changes(_ramp(3, 3, 10)) == []
+
+
+def test_a_zero_length_stage_is_a_jump_not_a_step() -> None:
+    cfg = _config(stages="10s:10rps,0s:40rps,10s:40rps", arrival="constant")
+    plan = planned_steps(cfg)
+    # the jump gives no step of no time; the stage after it starts from its target
+    assert [(p.index, p.offset_s, p.duration_s, p.start, p.end) for p in plan] == [
+        (0, 0.0, 10.0, 0.0, 10.0),
+        (1, 10.0, 10.0, 40.0, 40.0),
+    ]
+    assert plan[1].label == "stage 3: 40 → 40 req/s over 10 s"

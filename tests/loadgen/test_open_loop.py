@@ -15,7 +15,7 @@ from aiohttp import web
 from loadgen.arrivals import arrival_offsets
 from loadgen.client import StreamClient
 from loadgen.envelope import RequestResult
-from loadgen.open_loop import OpenLoopGenerator
+from loadgen.open_loop import OpenLoopGenerator, in_spans
 from loadgen.prompts import BodyBuilder, Prompt, PromptPool
 from loadgen.request_source import PlannedRequest, PoolSource
 from loadgen.workers import LoadPlan
@@ -177,6 +177,13 @@ async def test_a_pause_skips_the_arrivals_inside_it() -> None:
     offsets = sorted(((r.intended_ns or 0) - released) / 1e9 for r in results)
     gaps = [b - a for a, b in itertools.pairwise(offsets)]
     assert max(gaps) > 0.2  # a hole where the pause was, not a burst after it
+    # The pause's span is kept, and exactly the arrivals skipped lie in it: withheld by
+    # the operator, they are not the schedule's offer (steady_load.offered_rate).
+    [(a, b)] = gen.state.paused_spans_s(released)
+    assert 0.25 < a < b < 0.7 and b - a >= 0.29
+    schedule = list(itertools.islice(arrival_offsets("constant", 50), 50))
+    assert sum(1 for t in schedule if in_spans(t, [(a, b)])) == gen.state.skipped_paused
+    assert not [t for t in offsets if in_spans(t, [(a, b)])]
 
 
 class _AbortingSource:
