@@ -61,7 +61,10 @@ def next_target(snap: Snapshot | None, asked: Asked | None, direction: int) -> A
         return "a matrix run's concurrency is each cell's: it cannot be changed live"
     pending = asked is not None and snap.seq <= asked.seq + 1
     if snap.open_loop is not None:
-        now = asked.value if pending and asked and asked.field == "rate" else snap.open_loop.rate
+        target = snap.open_loop.rate
+        if target is None:  # the runner would refuse it: say so here
+            return "a trace replay's times are the trace's: its rate cannot be changed live"
+        now = asked.value if pending and asked and asked.field == "rate" else target
         return Asked("rate", stepped_rate(now, direction), snap.seq)
     current = snap.load.requested_concurrency
     if pending and asked is not None and asked.field == "concurrency":

@@ -148,9 +148,10 @@ class OpenLoopNow(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     arrival: str
-    """The arrival model: constant, poisson or gamma."""
-    rate: float
-    """The schedule's target now, requests/s (``--rate``, or the step's)."""
+    """The arrival model: constant, poisson, gamma, or trace (a replay)."""
+    rate: float | None
+    """The schedule's target now, requests/s (``--rate``, or the step's); None for a
+    trace replay, whose times are the trace's."""
     max_in_flight: int
     """The cap on requests in flight."""
     in_flight: int = 0

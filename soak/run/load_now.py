@@ -37,18 +37,24 @@ class OpenLoopTally:
             from soak.run.steady_load import arrival_seed  # it imports this module's user
 
             cfg, model = self.cfg, self.cfg.arrival
-            assert model != "closed" and model != "trace" and cfg.rate is not None
-            seed = arrival_seed(cfg)
-            self._offsets = arrival_offsets(model, cfg.rate, cfg.burstiness, seed)
-            self._next = next(self._offsets)
+            if model == "trace":  # the replay's own times (parsed once per run: cached)
+                from soak.run.trace_setup import scaled_offsets
+
+                self._offsets = iter(scaled_offsets(cfg))
+            else:
+                assert model != "closed" and cfg.rate is not None
+                seed = arrival_seed(cfg)
+                self._offsets = arrival_offsets(model, cfg.rate, cfg.burstiness, seed)
+            self._next = next(self._offsets, None)
         while self._next is not None and self._next <= elapsed_s:
             self.due += 1
-            self._next = next(self._offsets)
+            self._next = next(self._offsets, None)
 
     def view(self, st: RunState, live: LiveLoadStats) -> OpenLoopNow | None:
         """The open-loop line of this tick (None: a closed loop, or the window not open)."""
         gen, configured = st.gen, self.cfg.rate
-        if not isinstance(gen, OpenLoopGenerator) or configured is None:
+        trace = self.cfg.arrival == "trace"
+        if not isinstance(gen, OpenLoopGenerator) or (configured is None and not trace):
             return None
         gs = gen.state
         if gs.barrier_released_ns is None:
@@ -59,8 +65,9 @@ class OpenLoopTally:
         elapsed = max(0.0, end_s - released_s)
         target = getattr(gen, "rate", None)  # the generator's target after a change
         rate = float(target) if isinstance(target, int | float) else configured
-        known = (  # the config's own model and rate throughout: its schedule, redrawn
+        known = trace or (  # the config's own model and rate throughout: redrawn
             self.cfg.arrival in ARRIVAL_MODELS
+            and configured is not None
             and rate == configured
             and all(_steady(s, configured) for s in st.steps)
         )

@@ -12,12 +12,9 @@ import orjson
 import pytest
 
 from soak.cli.demo import SimHandle
-from tests.e2e.conftest import journal, only_run_dir, record, run_args, run_soaktop
+from tests.e2e.conftest import CLIENT_LAG, journal, only_run_dir, record, run_args, run_soaktop
 
 pytestmark = pytest.mark.e2e
-
-CLIENT_LAG = {"client_event_loop_lag", "client_cpu_overload"}
-"""Reasons a loaded 2-core test machine may give on its own (the client's, not the rule's)."""
 
 
 def _run(sim: SimHandle, tmp_path: Path, *flags: str) -> tuple[int, str, Path]:

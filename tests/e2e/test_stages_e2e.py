@@ -15,6 +15,7 @@ import pytest
 from soak.cli.demo import SimHandle
 from soak.run.control import send_control
 from tests.e2e.conftest import (
+    CLIENT_LAG,
     journal,
     only_run_dir,
     record,
@@ -25,9 +26,6 @@ from tests.e2e.conftest import (
 )
 
 pytestmark = pytest.mark.e2e
-
-CLIENT_LAG = {"client_event_loop_lag", "client_cpu_overload"}
-"""Reasons a loaded 2-core test machine may give on its own (the client's, not the rule's)."""
 
 
 def _run(sim: SimHandle, tmp_path: Path, *flags: str) -> tuple[int, str, Path]:

@@ -7,19 +7,18 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
+import orjson
 import pytest
 
 from loadgen.trace_source import on_target
 from loadgen.traces import load_trace
 from soak.cli.demo import SimHandle
-from tests.e2e.conftest import journal, only_run_dir, record, run_args, run_soaktop
+from tests.e2e.conftest import CLIENT_LAG, journal, only_run_dir, record, run_args, run_soaktop
 
 pytestmark = pytest.mark.e2e
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "traces"
 SCALE = 4.0
-CLIENT_LAG = {"client_event_loop_lag", "client_cpu_overload"}
-"""Reasons a loaded 2-core test machine may give on its own (the client's, not the replay's)."""
 
 
 def _prefix_hits(sim: SimHandle) -> float:
@@ -73,6 +72,14 @@ def test_a_replay_keeps_the_traces_times_and_token_counts(sim, tmp_path, name, s
     assert (facts["arrivals"], facts["time_scale"]) == (len(trace.arrivals), SCALE)
     assert facts["calibration_worst_tokens"] <= 2
     assert "trace_replay" in {c["code"] for c in rec["caveats"]}
+    # The monitor's open-loop line: the replay's own times are its offer, no target rate.
+    views = [
+        snap["open_loop"]
+        for raw in (run_dir / "snapshots.jsonl").read_bytes().splitlines()
+        if (snap := orjson.loads(raw)).get("open_loop")
+    ]
+    assert views and all(v["arrival"] == "trace" and v["rate"] is None for v in views)
+    assert views[-1]["offered_per_s"] == pytest.approx(load["offered_rate"], rel=0.25)
     hits = _prefix_hits(sim) - hits_before
     assert hits > 0 if shares_prefixes else hits == 0, hits
     rc_verify, verify_text = run_soaktop("verify", str(run_dir))

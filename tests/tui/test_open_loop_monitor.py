@@ -119,6 +119,23 @@ async def test_a_closed_loop_key_asks_for_concurrency(tmp_path: Path) -> None:
     ]
 
 
+async def test_a_trace_replay_shows_its_line_and_takes_no_rate_key(tmp_path: Path) -> None:
+    run = LiveRun(HEALTHY, tmp_path / "run")
+    replay = OPEN_LOOP | {"arrival": "trace", "rate": None}
+    _load_snapshot(run, 6, open_loop=replay)
+    app = live_app(run.dir)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.poll_now()
+        await pilot.pause()
+        app.action_pane(4)
+        await pilot.pause()
+        pane = app.screen.query_one(ConcurrencyPane).plain_text
+        assert "offered→sent 19.8→19.7/s last window" in pane and "trace replay" in pane, pane
+        await pilot.press("plus")
+        await pilot.pause()
+    assert control_lines(run.dir) == []  # nothing asked: the runner would refuse it
+
+
 async def test_no_set_outside_the_load(tmp_path: Path) -> None:
     run = LiveRun(HEALTHY, tmp_path / "run")
     run.write_until(0)  # before the barrier

@@ -55,5 +55,6 @@ def open_loop_lines(o: OpenLoopNow, g: Glyphs, width: int) -> list[Content]:
         muted(" all"),
     ]
     if wide:
-        second.append(muted(f"  target {rate(o.rate, g)}/s {o.arrival}"))
+        aim = "trace replay" if o.rate is None else f"target {rate(o.rate, g)}/s {o.arrival}"
+        second.append(muted(f"  {aim}"))
     return [fit(line(*first), width, g), fit(line(*second), width, g)]
