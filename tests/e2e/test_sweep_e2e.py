@@ -49,6 +49,9 @@ def test_goodput_stops_rising_where_the_engine_saturates_and_the_knee_says_so(
     _, page_words = run_soaktop("report", str(run_dir))
     page = (run_dir / "report.html").read_text()
     assert "concurrency=2 (knee)" in page, page_words
+    # The throughput–latency curve: one point per step, the knee marked on it.
+    assert 'id="chart-steps-curve"' in page and 'href="#steps"' in page
+    assert "Throughput and latency per step" in page and '"text":"knee"' in page
 
 
 def test_a_sweep_step_the_cap_cannot_carry_is_named_not_achieved(tmp_path: Path) -> None:

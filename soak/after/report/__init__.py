@@ -41,6 +41,7 @@ from soak.after.report.charts import figures
 from soak.after.report.endurance import Clock, endurance_section, read_windows, window_charts
 from soak.after.report.page import document
 from soak.after.report.series import read_series
+from soak.after.report.step_chart import step_curve
 from soak.after.step_table import STEP_HEADER, step_rows, sweep_words
 from soak.record.models import RunRecord
 
@@ -91,10 +92,11 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
     win_charts = window_charts(windows, rec.endurance if rec is not None else None, clock)
     timeline = endurance_section(rec, view.fields, windows, source, win_charts)
     body.append(tables.section("Drift and leaks", timeline, "endurance"))
+    curve = step_curve(rec) if rec is not None else None
     if rec is not None:
         body += [
             tables.section("Load", tables.load_summary(rec), "load"),
-            *([tables.section("Steps", step_section(rec), "steps")] if rec.steps else []),
+            *([tables.section("Steps", step_section(rec, curve), "steps")] if rec.steps else []),
             tables.section("Gates", tables.gates(rec), "gates"),
             tables.section("Thresholds", tables.thresholds(rec), "thresholds"),
             tables.section("Reconciliation", tables.reconciliation(rec), "reconciliation"),
@@ -107,10 +109,14 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
         *([("caveats", "Caveats")] if rec is not None else []),
         ("charts", "Over time"),
         ("endurance", "Drift and leaks"),
-        *((a, a.capitalize()) for a in ("load", "gates", "thresholds", "reconciliation")),
+        ("load", "Load"),
+        *([("steps", "Steps")] if rec is not None and rec.steps else []),
+        *((a, a.capitalize()) for a in ("gates", "thresholds", "reconciliation")),
         *((a, a.capitalize()) for a in ("faults", "engines", "identity")),
     ]
     figs = {f"chart-{cid}": fig for cid, _, fig, _ in [*charts, *win_charts] if fig is not None}
+    if curve is not None:
+        figs["chart-steps-curve"] = curve
     # A --redact run's page names its directory, never the path that holds it.
     redacted = rec is not None and config_value(rec, "redact")
     shown = view.path.name if redacted else view.path
@@ -131,11 +137,13 @@ def build_report(run_dir: Path, plotly_js: str | None = None) -> str:
     )
 
 
-def step_section(rec: RunRecord) -> str:
-    """A stepped load's throughput–latency table per step, the knee marked."""
+def step_section(rec: RunRecord, curve: dict[str, object] | None) -> str:
+    """A stepped load's throughput–latency table per step, the knee marked, and its curve
+    (when two steps or more have figures)."""
     words = sweep_words(rec)
     note = f"<p>{tables.esc(words)}</p>" if words else ""
-    return tables.table(STEP_HEADER, step_rows(rec), "steps") + note
+    chart = '<div class="chart" id="chart-steps-curve"></div>' if curve is not None else ""
+    return tables.table(STEP_HEADER, step_rows(rec), "steps") + note + chart
 
 
 def _verdict(view: RunView) -> str:
