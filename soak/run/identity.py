@@ -151,18 +151,25 @@ async def probe_all(
 
 async def count_tokens(base: str, model: str, text: str, headers: dict[str, str]) -> int | None:
     """The server's token count for ``text`` via ``POST /tokenize`` (None if unsupported)."""
+    return await tokenize_count(base, {"model": model, "prompt": text}, headers)
+
+
+async def tokenize_count(base: str, body: dict[str, object], headers: dict[str, str]) -> int | None:
+    """``POST /tokenize`` with ``body`` (a ``prompt``, or chat ``messages``): the server's
+    ``count``, or None when it does not answer one (unsupported, an error, not a whole
+    number)."""
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(30.0), headers=headers) as client:
-            r = await client.post(f"{base}/tokenize", json={"model": model, "prompt": text})
+            r = await client.post(f"{base}/tokenize", json=body)
     except httpx.HTTPError:
         return None
     if r.status_code != 200:
         return None
     try:
         count = r.json().get("count")
-    except ValueError:
+    except (ValueError, AttributeError):
         return None
-    return int(count) if isinstance(count, int) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def config_sha256(public_config: dict[str, object]) -> str:

@@ -213,25 +213,19 @@ class LoadSteps:
         if start is not None:  # the load before the first change: step 0
             self._append(start)
         why_words = f" ({note})" if note else ""
-        if rate is not None:
-            step = LoadStep(
+        target = f"rate {rate:g} req/s" if rate is not None else f"concurrency {concurrency}"
+        self._append(
+            LoadStep(  # one of rate and concurrency is None: the other loop's target
                 index=len(self.state.steps),
                 origin=origin,
-                label=f"live: rate {rate:g} req/s{why_words}",
+                label=f"live: {target}{why_words}",
                 start_s=(now_ns - self.state.origin_ns) / 1e9,
                 rate_start=rate,
                 rate_end=rate,
-            )
-        else:
-            step = LoadStep(
-                index=len(self.state.steps),
-                origin=origin,
-                label=f"live: concurrency {concurrency}{why_words}",
-                start_s=(now_ns - self.state.origin_ns) / 1e9,
                 concurrency_start=concurrency,
                 concurrency_end=concurrency,
             )
-        self._append(step)
+        )
         return None
 
     def _refusal(self, rate: float | None, concurrency: int | None) -> str | None:

@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
-
 from loadgen.envelope import RequestResult
 from loadgen.open_loop import OpenLoopGenerator
 from loadgen.prompts import BodyBuilder, PromptPool
@@ -25,7 +23,7 @@ from loadgen.trace_source import TracePool, TraceSource, calibrate
 from loadgen.traces import Trace, TraceError, read_trace
 from loadgen.workers import LoadGenerator, LoadPlan, StreamingClient
 from soak.run.config_arrival import trace_cap
-from soak.run.identity import count_tokens
+from soak.run.identity import count_tokens, tokenize_count
 
 if TYPE_CHECKING:
     from soak.run.config import RunConfig
@@ -99,19 +97,8 @@ async def count_chat_tokens(
 ) -> int | None:
     """The server's count of ``text`` as one user message through its chat template
     (``POST /tokenize`` with ``messages``; None if unsupported)."""
-    body = {"model": model, "messages": [{"role": "user", "content": text}]}
-    try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0), headers=headers) as client:
-            r = await client.post(f"{base}/tokenize", json=body)
-    except httpx.HTTPError:
-        return None
-    if r.status_code != 200:
-        return None
-    try:
-        count = r.json().get("count")
-    except (ValueError, AttributeError):
-        return None
-    return count if isinstance(count, int) and not isinstance(count, bool) else None
+    body: dict[str, object] = {"model": model, "messages": [{"role": "user", "content": text}]}
+    return await tokenize_count(base, body, headers)
 
 
 def trace_source(pool: PromptPool, bodies: BodyBuilder) -> TraceSource:
