@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from soak.after.journal_facts import RunJournals, config_thresholds, recovered_facts
-from soak.after.recover_open_loop import open_loop_timing
+from soak.after.recover_open_loop import open_loop_timing, step_offers
 from soak.judge.config_caveats import config_caveats
 from soak.judge.goodput import measured_steps
 from soak.judge.limits import percentile_method
@@ -209,7 +209,7 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
     """The record from the journals (their torn tails already cut), written."""
     journals = RunJournals.read(run_dir)
     timing, phases = _timing_from_events(run_dir, journals.events, config)
-    timing, open_loop_notes = open_loop_timing(run_dir, config, journals, timing)
+    timing, open_loop_notes = open_loop_timing(run_dir, config, journals, timing, phases)
     load = (
         summarize_load(run_dir / "requests.jsonl", timing, percentile_method(config))
         if timing
@@ -229,7 +229,7 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
         notes=torn + _journal_notes(run_dir, journals, timing, bad_lines) + open_loop_notes,
     )
     facts.endurance = endurance
-    steps, sweep = _steps(run_dir, config, journals, timing)
+    steps, sweep = _steps(run_dir, config, journals, timing, phases)
     facts.steps = steps
     mix, method = mix_classes(config), percentile_method(config)  # a mix's: each class's
     facts.classes = class_figures(run_dir / "requests.jsonl", timing, mix, method)
@@ -266,17 +266,26 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
 
 
 def _steps(
-    run_dir: Path, config: dict[str, Any], journals: RunJournals, timing: LoadTiming | None
+    run_dir: Path,
+    config: dict[str, Any],
+    journals: RunJournals,
+    timing: LoadTiming | None,
+    phases: list[PhaseSpan],
 ) -> tuple[list[LoadStep], SweepResult | None]:
-    """The load's steps from their ``step`` events, measured as finalize measures them;
-    what only the live run knew of a step (its offered rate, arrivals held by the cap)
-    is not in the journals, so a recovered step has no schedule-relative figures."""
+    """The load's steps from their ``step`` events, measured as finalize measures them.
+    An open loop's steps get their offered rates from the rate curve redrawn
+    (:func:`~soak.after.recover_open_loop.step_offers`); the arrivals held by the cap
+    in each, which only the live run counted, are unknown (None)."""
     if timing is None:
         return [], None
     steps = steps_from_events(journals.event_lines(), timing.issue_end_s)
     if not steps:
         return [], None
-    counts = [StepCounts() for _ in steps]
+    offers = step_offers(run_dir, config, journals, timing, steps, phases)
+    counts = [
+        StepCounts() if offered is None else StepCounts(offered, held_by_cap=None)
+        for offered in offers
+    ]
     return measured_steps(run_dir / "requests.jsonl", steps, timing, config, counts)
 
 

@@ -22,17 +22,19 @@ the runner wrote, so ``verify`` recomputes the same figures.
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from loadgen.arrivals import ARRIVAL_MODELS, RateCurve
 from soak.after.journal_facts import RunJournals
 from soak.record.journal import read_jsonl
-from soak.record.models import Reason
-from soak.record.step_figures import steps_from_events
+from soak.record.models import LoadStep, PhaseSpan, Reason
+from soak.record.step_figures import judged_span, steps_from_events
 from soak.record.summary import LoadTiming
 from soak.run.config import RunConfig
-from soak.run.load_steps import step_curve
+from soak.run.load_steps import step_curve, step_offered_rates
 from soak.run.steady_load import offered_rate
 
 SCHEDULE_FIELDS = (
@@ -43,7 +45,11 @@ SCHEDULE_FIELDS = (
 
 
 def open_loop_timing(
-    run_dir: Path, config: dict[str, Any], journals: RunJournals, timing: LoadTiming | None
+    run_dir: Path,
+    config: dict[str, Any],
+    journals: RunJournals,
+    timing: LoadTiming | None,
+    phases: Sequence[PhaseSpan] = (),
 ) -> tuple[LoadTiming | None, list[Reason]]:
     """``timing`` with the open-loop figures filled in (unchanged for a closed loop or a
     window that never opened), and the notes on what could not be known."""
@@ -56,7 +62,14 @@ def open_loop_timing(
         return timing, []
     schedule = RunConfig.model_construct(**{k: config[k] for k in SCHEDULE_FIELDS if k in config})
     curve = _rate_curve(schedule, journals, released)
-    rate = offered_rate(schedule, released, timing.issue_start_s, timing.issue_end_s, curve)
+    rate = offered_rate(
+        schedule,
+        released,
+        timing.issue_start_s,
+        timing.issue_end_s,
+        curve,
+        paused_from_phases(phases, released),
+    )
     held: int | None = None
     notes: list[Reason] = []
     snap = journals.last_snapshot
@@ -103,3 +116,42 @@ def _first_intended(run_dir: Path) -> float | None:
 
 def _note(message: str) -> Reason:
     return Reason(code="open_loop_recovered", effect="note", message=message)
+
+
+def step_offers(
+    run_dir: Path,
+    config: dict[str, Any],
+    journals: RunJournals,
+    timing: LoadTiming,
+    steps: Sequence[LoadStep],
+    phases: Sequence[PhaseSpan] = (),
+) -> list[float | None]:
+    """Each recovered step's offered rate, as finalize counts it
+    (:func:`soak.run.load_steps.step_offered_rates`) under the rate curve rebuilt from the
+    config and the step events, less the arrivals inside the operator's pauses (the
+    ``paused`` phases); None for each step of a closed loop or a trace, or when no
+    request was journaled."""
+    if timing.offered_rate is None or config.get("arrival") not in ARRIVAL_MODELS:
+        return [None] * len(steps)
+    released = _first_intended(run_dir)
+    if released is None:
+        return [None] * len(steps)
+    schedule = RunConfig.model_construct(**{k: config[k] for k in SCHEDULE_FIELDS if k in config})
+    curve = _rate_curve(schedule, journals, released) or RateCurve(
+        points=[(0.0, float(schedule.rate or 0.0))]
+    )
+    spans = [judged_span(s, timing) for s in steps]
+    return step_offered_rates(
+        schedule, curve, released, spans, paused_from_phases(phases, released)
+    )
+
+
+def paused_from_phases(phases: Sequence[PhaseSpan], released: float) -> list[tuple[float, float]]:
+    """The operator's pauses (the ``paused`` phases) in seconds from the release, as the
+    live generator keeps them (one still open runs to infinity): arrivals withheld there
+    were not offered."""
+    return [
+        (p.start_s - released, math.inf if p.end_s is None else p.end_s - released)
+        for p in phases
+        if p.name == "paused"
+    ]

@@ -40,7 +40,8 @@ class StepCounts:
 
     offered_rate: float | None = None
     """Open loop: the schedule's arrivals in the step's span ÷ the span (None: closed)."""
-    held_by_cap: int = 0
+    held_by_cap: int | None = 0
+    """Arrivals held by the cap in the step (None: not known — a recovered run's)."""
     backoffs: int = 0
 
 

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -318,39 +319,49 @@ class LoadSteps:
         ]
 
     def _offered_rates(self) -> list[float | None]:
-        """Open loop: each step's offered rate, its schedule's arrivals in its judged span
-        ÷ the span (the generator's curve, with every change, drawn again from the seed);
-        None for a closed loop or a step of no length."""
+        """Open loop: each step's offered rate (:func:`step_offered_rates` under the
+        generator's curve, with every change); None for a closed loop."""
         steps = self.state.steps
         curve = getattr(self.gen, "curve", None)
         timing = load_timing_for_steps(self.state)
         if not self.open_loop or curve is None or timing is None:
             return [None] * len(steps)
-        cfg = self.state.config
         released = (self._release_ns() - self.state.origin_ns) / 1e9
         spans = [judged_span(s, timing) for s in steps]
-        counts = [0] * len(steps)
-        seed = cfg.arrival_seed if cfg.arrival_seed is not None else cfg.pool_seed
-        model = cfg.arrival
-        if model not in ARRIVAL_MODELS:  # a trace's arrivals are its file's, not a curve's
-            return [None] * len(steps)
-        paused = paused_spans(self.gen)  # withheld by the operator: not offered
-        i = 0  # the spans follow one another, as the arrivals do: one walk over both
-        for offset in curve_offsets(model, curve, cfg.burstiness, seed):
-            if in_spans(offset, paused):
-                continue
-            at = released + offset
-            while i < len(spans) and ((span := spans[i]) is None or at >= span[1]):
-                i += 1
-            if i == len(spans):
-                break
-            lo_hi = spans[i]
-            if lo_hi is not None and at >= lo_hi[0]:
-                counts[i] += 1
-        return [
-            None if span is None or span[1] <= span[0] else n / (span[1] - span[0])
-            for n, span in zip(counts, spans, strict=True)
-        ]
+        return step_offered_rates(self.state.config, curve, released, spans, paused_spans(self.gen))
+
+
+def step_offered_rates(
+    cfg: RunConfig,
+    curve: RateCurve,
+    released_s: float,
+    spans: Sequence[tuple[float, float] | None],
+    paused: Sequence[tuple[float, float]] = (),
+) -> list[float | None]:
+    """Each step's offered rate: the schedule's arrivals (``curve`` drawn again from the
+    config's seed; none inside an operator's pause, ``paused`` in seconds from the
+    release) in its judged span (run seconds) ÷ the span. None for a step of no length,
+    and for every step of a trace (its arrivals are its file's, not a curve's)."""
+    if cfg.arrival not in ARRIVAL_MODELS:
+        return [None] * len(spans)
+    seed = cfg.arrival_seed if cfg.arrival_seed is not None else cfg.pool_seed
+    counts = [0] * len(spans)
+    i = 0  # the spans follow one another, as the arrivals do: one walk over both
+    for offset in curve_offsets(cfg.arrival, curve, cfg.burstiness, seed):
+        if in_spans(offset, paused):
+            continue
+        at = released_s + offset
+        while i < len(spans) and ((span := spans[i]) is None or at >= span[1]):
+            i += 1
+        if i == len(spans):
+            break
+        lo_hi = spans[i]
+        if lo_hi is not None and at >= lo_hi[0]:
+            counts[i] += 1
+    return [
+        None if span is None or span[1] <= span[0] else n / (span[1] - span[0])
+        for n, span in zip(counts, spans, strict=True)
+    ]
 
 
 def ramp_changes(step: PlannedStep) -> list[tuple[float, int]]:

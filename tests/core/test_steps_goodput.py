@@ -156,6 +156,37 @@ def test_recover_offers_the_rate_a_live_change_set(tmp_path: Path) -> None:
     assert offered == pytest.approx((10 * 4 + 40 * 4) / 8, abs=0.2)
 
 
+def test_recover_offers_each_step_its_own_rate_and_withholds_a_pause(tmp_path: Path) -> None:
+    from soak.after.journal_facts import RunJournals
+    from soak.after.recover_open_loop import open_loop_timing, step_offers
+    from soak.record.models import PhaseSpan
+
+    config = {
+        "arrival": "constant", "rate": 20.0, "sweep": "rate=5,20", "step_duration_s": 4.0,
+        "settle_s": 1.0, "duration_s": 8.0, "pool_seed": 0,
+    }  # fmt: skip
+    _write(tmp_path / "requests.jsonl", [_line(2.0, None, intended_s=2.0)])
+    whole = LoadTiming(
+        requested_concurrency=1, workers_started=1, barrier_released=True,
+        issue_start_s=2.0, issue_end_s=10.0,
+    )  # fmt: skip
+    steps = [
+        LoadStep(index=0, origin="sweep", label="rate=5", start_s=2.0, end_s=6.0, settle_s=1.0),
+        LoadStep(index=1, origin="sweep", label="rate=20", start_s=6.0, end_s=10.0, settle_s=1.0),
+    ]
+    # the operator paused from 8.0 to 9.0 s, inside step 1: its 20 arrivals there withheld
+    paused = [
+        PhaseSpan(name="load", start_s=2.0, end_s=8.0),
+        PhaseSpan(name="paused", start_s=8.0, end_s=9.0),
+    ]
+    journals = RunJournals(events=[], last_snapshot=None)
+    timing, _ = open_loop_timing(tmp_path, config, journals, whole, paused)
+    assert timing is not None
+    assert timing.offered_rate == pytest.approx((5 * 4 + 20 * 3) / 8, abs=0.2)
+    offers = step_offers(tmp_path, config, journals, timing, steps, paused)
+    assert offers == [pytest.approx(5.0, abs=0.4), pytest.approx(20 * 2 / 3, abs=0.4)]
+
+
 def test_a_step_is_measured_only_while_the_load_issued(tmp_path: Path) -> None:
     """A load stopped early at 4.0 s: its step 1 began (at 4.5 s) in the drain, and step
     0's span ends where issuing stopped, not where step 1 began (its rates per second of
