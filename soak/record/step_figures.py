@@ -48,7 +48,7 @@ class StepCounts:
 def counts_from_record(steps: Sequence[LoadStep]) -> list[StepCounts]:
     """The run-only counters as the record's steps hold them (for ``verify``)."""
     return [
-        StepCounts(s.load.offered_rate, s.load.held_by_cap or 0, s.load.backoffs)
+        StepCounts(s.load.offered_rate, s.load.held_by_cap, s.load.backoffs)
         if s.load is not None
         else StepCounts()
         for s in steps

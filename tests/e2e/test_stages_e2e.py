@@ -117,8 +117,16 @@ def test_a_live_set_mid_run_makes_a_new_step_and_a_bad_one_is_refused(sim, tmp_p
     assert rc_verify_ok(run_dir)
 
 
-def test_recover_rebuilds_the_steps_from_the_events(sim, tmp_path):
-    _, _, run_dir = _run(sim, tmp_path, "--stages", "0s:2,2s:2,2s:3")
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--stages", "0s:2,2s:2,2s:3"),
+        ("--arrival", "constant", "--stages", "0s:10rps,2s:10rps,2s:20rps"),
+    ],
+    ids=["closed", "open"],
+)
+def test_recover_rebuilds_the_steps_from_the_events(sim, tmp_path, flags):
+    _, _, run_dir = _run(sim, tmp_path, *flags)
     before = record(run_dir)
     (run_dir / "record.json").unlink()
     rc, words = run_soaktop("recover", str(run_dir))
@@ -128,4 +136,13 @@ def test_recover_rebuilds_the_steps_from_the_events(sim, tmp_path):
     assert [s["load"]["completed"] for s in after["steps"]] == [
         s["load"]["completed"] for s in before["steps"]
     ]
+    # An open loop's steps are offered what the runner offered them (the curve redrawn;
+    # the spans from the events' times, rounded as the journal keeps them); the cap's
+    # holds only the live run counted.
+    offers = [s["load"].get("offered_rate") for s in after["steps"]]
+    expected = [s["load"].get("offered_rate") for s in before["steps"]]
+    assert offers == pytest.approx(expected, rel=1e-3)
+    if "--arrival" in flags:
+        assert all(o is not None for o in offers)
+        assert all(s["load"]["held_by_cap"] is None for s in after["steps"])
     assert rc_verify_ok(run_dir)
