@@ -55,6 +55,20 @@ def counts_from_record(steps: Sequence[LoadStep]) -> list[StepCounts]:
     ]
 
 
+BOUNDARY_S = 1e-6
+"""How near a step's boundary an intended time counts as on it. The scheduler truncates
+an arrival's time to whole nanoseconds and the journal subtracts in floats, so a tie (a
+constant rate whose arrivals fall on the boundaries) lands a hair to either side of it;
+on it, it is the later step's, for the journal's lines and the offered count alike."""
+
+
+def in_span(at: float, lo: float, hi: float) -> bool:
+    """Whether an intended time (run seconds) falls in the span ``[lo, hi)``, ties within
+    :data:`BOUNDARY_S` going to the later span: one rule for the lines a step keeps and the
+    arrivals its offered rate counts, so the two cannot disagree by one arrival."""
+    return lo - BOUNDARY_S <= at < hi - BOUNDARY_S
+
+
 def judged_span(step: LoadStep, whole: LoadTiming) -> tuple[float, float] | None:
     """The step's judged span (run seconds): after its settle and the warm-up, to its
     end or the issue window's, whichever is first; None while it has no end."""
@@ -144,7 +158,7 @@ def _keep(index: int, timing: LoadTiming) -> Callable[[dict[str, Any]], bool]:
     def keep(line: dict[str, Any]) -> bool:
         at = line.get("intended_s")
         if at is not None:
-            return lo <= float(at) < hi
+            return in_span(float(at), lo, hi)
         return line.get("step", 0) == index and float(line["sent_s"]) >= lo
 
     return keep

@@ -37,7 +37,7 @@ from loadgen.open_loop import OpenLoopGenerator, in_spans, paused_spans
 from loadgen.workers import LoadGenerator
 from soak.judge.goodput import measured_steps
 from soak.record.models import LoadStep, SweepResult
-from soak.record.step_figures import StepCounts, judged_span
+from soak.record.step_figures import BOUNDARY_S, StepCounts, in_span, judged_span
 from soak.record.summary import LoadTiming
 from soak.run.config import RunConfig
 from soak.run.config_arrival import MAX_RATE
@@ -351,12 +351,12 @@ def step_offered_rates(
         if in_spans(offset, paused):
             continue
         at = released_s + offset
-        while i < len(spans) and ((span := spans[i]) is None or at >= span[1]):
+        while i < len(spans) and ((span := spans[i]) is None or at >= span[1] - BOUNDARY_S):
             i += 1
         if i == len(spans):
             break
         lo_hi = spans[i]
-        if lo_hi is not None and at >= lo_hi[0]:
+        if lo_hi is not None and in_span(at, *lo_hi):
             counts[i] += 1
     return [
         None if span is None or span[1] <= span[0] else n / (span[1] - span[0])

@@ -3,6 +3,7 @@ figures sliced from a journal (soak.record.step_figures), and the knee's rule.""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +236,42 @@ def test_verify_holds_the_records_steps_to_the_step_events(tmp_path: Path) -> No
     problems.clear()
     _check_step_spans(tmp_path, [], 9.0, problems)
     assert problems == ["steps: record has 0, events.jsonl announced 2"]
+
+
+def test_a_constant_rate_on_the_step_boundaries_is_achieved_in_full(tmp_path: Path) -> None:
+    """Constant 2 req/s, settle 0.5 s: every arrival lands on a boundary. The scheduler's
+    times are whole nanoseconds (a hair before the float the offered count redraws), and
+    a step that kept up read "achieved 1.6 of 2.0 req/s" — one arrival lost to the tie."""
+    from types import SimpleNamespace
+
+    from loadgen.arrivals import RateCurve, curve_offsets
+    from soak.record.step_figures import judged_span
+    from soak.run.load_steps import step_offered_rates
+
+    # A release whose float sums round a hair past the journal's ns arithmetic at both
+    # settle boundaries (0.5 s and 3.5 s): the ties CI met.
+    released_ns, origin_ns = 3_879_396_074, 0
+    released_s = (released_ns - origin_ns) / 1e9
+    curve = RateCurve([(0.0, 2.0)])
+    lines = []
+    for offset in itertools.takewhile(lambda o: o < 6.0, curve_offsets("constant", curve)):
+        intended_s = (released_ns + int(offset * 1e9) - origin_ns) / 1e9  # as the journal has it
+        lines.append(_line(intended_s + 0.002, None, intended_s=intended_s))
+    path = _write(tmp_path / "requests.jsonl", lines)
+    steps = [
+        LoadStep(index=i, origin="sweep", label=f"s{i}", settle_s=0.5,
+                 start_s=released_s + 3.0 * i, end_s=released_s + 3.0 * (i + 1))
+        for i in range(2)
+    ]  # fmt: skip
+    whole = LoadTiming(
+        requested_concurrency=4, workers_started=4, barrier_released=True,
+        issue_start_s=released_s, issue_end_s=released_s + 6.0, offered_rate=2.0,
+    )  # fmt: skip
+    cfg = SimpleNamespace(arrival="constant", arrival_seed=None, pool_seed=0, burstiness=None)
+    spans = [judged_span(s, whole) for s in steps]
+    offered = step_offered_rates(cfg, curve, released_s, spans)  # type: ignore[arg-type]
+    assert offered == [pytest.approx(2.0), pytest.approx(2.0)]
+    counts = [StepCounts(offered_rate=r) for r in offered]
+    done, _ = measured_steps(path, steps, whole, {}, counts)
+    for step in done:
+        assert step.load is not None and step.load.achieved_rate == pytest.approx(2.0)
