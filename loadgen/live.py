@@ -3,11 +3,18 @@
 Fed once per finished request on the runner's loop; read once per snapshot tick. Memory
 is constant: a ring of per-second slots, each with fixed-size histograms, plus one
 cumulative histogram per latency. Exact per-request values live in the journal.
+
+A mixed load (``--mix``) also keeps one cumulative tally per workload class, so a class
+threshold (``class.json.error_rate<1%,abort``) has a live figure. The classes are the
+mix's, fixed when the stats are made: ``RequestResult.workload_class`` is set by soaktop
+from the mix, never by the server, and a name outside the mix is not counted, so the keys
+stay bounded. A run without a mix pays nothing for it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -98,13 +105,15 @@ class _Slot:
 class LiveLoadStats:
     """Sliding-window and cumulative throughput and latency, O(1) memory."""
 
-    def __init__(self, window_s: int = 10) -> None:
+    def __init__(self, window_s: int = 10, classes: Sequence[str] = ()) -> None:
         if window_s < 1:
             raise ValueError(f"window_s must be >= 1, got {window_s}")
         self.window_s = window_s
         self._ring = [_Slot() for _ in range(window_s + 1)]
         self._cum = _Slot()
         self._cum.second = 0
+        self._by_class = {name: _Slot() for name in classes}
+        """Cumulative tally per workload class of the mix (empty without one)."""
         self.completed_by_step: Counter[int] = Counter()
         """Completed requests per load step (``RequestResult.step``; none: 0), for the
         steps view."""
@@ -125,7 +134,12 @@ class LiveLoadStats:
             self._cum.late.add(late_s)
         if r.ok:  # a line without a step is the load before the first change: step 0
             self.completed_by_step[r.step or 0] += 1
-        for slot in (self._slot(int(now_s)), self._cum):
+        slots: tuple[_Slot, ...] = (self._slot(int(now_s)), self._cum)
+        if self._by_class:  # a mix: one lookup; a class outside it is not counted
+            of_class = self._by_class.get(r.workload_class or "")
+            if of_class is not None:
+                slots = (*slots, of_class)
+        for slot in slots:
             if r.ok:
                 slot.completed += 1
                 slot.output_tokens += r.output_tokens or 0
@@ -138,17 +152,16 @@ class LiveLoadStats:
         if not r.ok:
             return
         lat = request_latencies(r)
-        slot = self._slot(int(now_s))
         for key in ("ttft", "e2e", "tpot"):
             v = lat[key]
             if v is not None:
-                slot.hists[key].add(v)
-                self._cum.hists[key].add(v)
+                for slot in slots:
+                    slot.hists[key].add(v)
         if r.itl_ns:
             gaps = np.asarray(r.itl_ns, dtype=np.float64) / 1e9
-            counts = LogHistogram.bucket_counts(gaps)
-            slot.hists["itl"].add_many(gaps, counts)
-            self._cum.hists["itl"].add_many(gaps, counts)
+            counts = LogHistogram.bucket_counts(gaps)  # once, for every slot
+            for slot in slots:
+                slot.hists["itl"].add_many(gaps, counts)
 
     def window(self, now_s: float, load_start_s: float) -> ThroughputView:
         """The last ``window_s`` full seconds, clipped to the load's start.
@@ -169,6 +182,12 @@ class LiveLoadStats:
     def cumulative(self, load_elapsed_s: float) -> ThroughputView:
         """Everything since the barrier released."""
         return _view(self._cum, load_elapsed_s)
+
+    def class_cumulative(self, load_elapsed_s: float) -> dict[str, ThroughputView]:
+        """Each workload class's tally since the barrier released, by the mix's names in
+        its order (empty without a mix); the rates are over the load's elapsed time, as
+        the record's class figures are."""
+        return {name: _view(slot, load_elapsed_s) for name, slot in self._by_class.items()}
 
     def lateness(self, now_s: float) -> tuple[LatencyStats, LatencyStats]:
         """Open loop: sent − intended over the last ``window_s`` full seconds and over the
