@@ -2,21 +2,25 @@
 
 Every load metric a threshold can name (the latencies' statistics, ``error_rate``,
 ``failed``, ``completed``, ``output_tokens_per_s``, ``requests_per_s``) can be scoped to
-one class of ``--mix``: ``class.json.error_rate==0``, ``class.long.ttft.p99<5s``. The
-figure is the class's own, from the record's ``classes`` (each class's load summary:
-:mod:`soak.record.class_figures`), exact like the load's.
+one class of ``--mix``: ``class.json.error_rate==0``, ``class.long.ttft.p99<5s``.
 
-Checked at the end only: the live histograms are kept for the whole load, not per class,
-so a class threshold has no live figure and refuses ``,abort`` (as ``ttfb.*`` does). A
-name the run's mix does not have is refused when the thresholds are parsed, naming the
+Checked twice, like the load's own thresholds: live, once a second, from the class's
+cumulative tally (``LiveLoadStats.class_cumulative``, 1 % histogram buckets:
+:func:`class_live_metrics`), so ``class.json.error_rate<1%,abort`` stops the load when
+that class breaks; and at the end from the record's ``classes`` (each class's load
+summary: :mod:`soak.record.class_figures`), exact like the load's, which decides the
+verdict. A class metric has a live figure wherever its base metric has one: ``ttfb.*``
+and ``first_content.*`` of a class are end-only and refuse ``,abort``, as the load's do.
+A name the run's mix does not have is refused when the thresholds are parsed, naming the
 classes it has; a class threshold without a mix likewise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from loadgen.live import ThroughputView
 from soak.judge.threshold_metrics import (
     CLASS_PREFIX,
     LATENCIES,
@@ -26,15 +30,21 @@ from soak.judge.threshold_metrics import (
     MetricInfo,
     class_scope,
     metrics_from_record,
+    metrics_from_view,
 )
 from soak.record.models import WorkloadClassFigures
 
-__all__ = ["CLASS_PREFIX", "LOAD_METRICS", "class_metric_info", "class_metrics"]
+__all__ = [
+    "CLASS_PREFIX",
+    "LOAD_METRICS",
+    "class_live_metrics",
+    "class_metric_info",
+    "class_metrics",
+]
 
 LOAD_METRICS: dict[str, MetricInfo] = {n: m for n, m in METRICS.items() if not m.telemetry}
 """The metrics a class can scope: the load's own, not the telemetry's (one server serves
 every class)."""
-NO_LIVE_CLASS = "per-class figures are kept only in the record, not in the live histograms"
 
 
 def class_metric_info(metric: str, classes: Sequence[str] | None) -> MetricInfo:
@@ -66,8 +76,7 @@ def class_metric_info(metric: str, classes: Sequence[str] | None) -> MetricInfo:
         info,
         name=metric,
         description=f"{info.description}, class {name} only",
-        no_live=NO_LIVE_CLASS,
-    )
+    )  # no_live stays the base metric's: the class tally has what the load's view has
 
 
 def class_metrics(classes: Sequence[WorkloadClassFigures]) -> dict[str, Figure]:
@@ -76,4 +85,15 @@ def class_metrics(classes: Sequence[WorkloadClassFigures]) -> dict[str, Figure]:
     for c in classes:
         figures = metrics_from_record(c.load, {})
         out |= {f"{CLASS_PREFIX}{c.name}.{m}": figures.get(m) for m in LOAD_METRICS}
+    return out
+
+
+def class_live_metrics(views: Mapping[str, ThroughputView]) -> dict[str, Figure]:
+    """Every class's live load metrics from its cumulative view
+    (``LiveLoadStats.class_cumulative``), by scoped name; those without a live figure
+    (``ttfb.*``, ``first_content.*``) are None."""
+    out: dict[str, Figure] = {}
+    for name, view in views.items():
+        figures = metrics_from_view(view)
+        out |= {f"{CLASS_PREFIX}{name}.{m}": figures.get(m) for m in LOAD_METRICS}
     return out

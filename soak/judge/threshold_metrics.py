@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from loadgen.live import ThroughputView
 from loadgen.stats import LatencyStats
 from soak.judge.limits import PERCENTILE_METHOD
 from soak.judge.trend_metrics import (
@@ -274,16 +275,7 @@ def metrics_from_snapshot(snapshot: Snapshot) -> dict[str, Figure]:
     out: dict[str, Figure] = dict.fromkeys(METRICS)
     view = snapshot.load.cumulative
     if view is not None:
-        for base, stats in (
-            ("ttft", view.ttft_s),
-            ("e2e", view.e2e_s),
-            ("itl", view.itl_s),
-            ("tpot", view.tpot_s),
-        ):
-            out |= _latency_figures(base, stats)
-        out |= _load_counts(view.completed, view.failed)
-        out["output_tokens_per_s"] = view.output_tokens_per_s
-        out["requests_per_s"] = view.requests_per_s
+        out |= metrics_from_view(view)
     engines = [e for e in _entries(snapshot.telemetry, "engines") if _ok(e)]
     gpus = _entries(snapshot.telemetry, "gpus")
     out["engine.max_waiting"] = _worst(engines, "waiting", max)
@@ -295,6 +287,23 @@ def metrics_from_snapshot(snapshot: Snapshot) -> dict[str, Figure]:
             out[name] = None
     # Read leniently: a view-like object without the 1.2 section has no trend figures.
     out |= view_figures(getattr(snapshot, "endurance", None))
+    return out
+
+
+def metrics_from_view(view: ThroughputView) -> dict[str, Figure]:
+    """The load metrics with a live figure from one cumulative view (the whole load's,
+    or one workload class's: :func:`soak.judge.class_thresholds.class_live_metrics`)."""
+    out: dict[str, Figure] = {}
+    for base, stats in (
+        ("ttft", view.ttft_s),
+        ("e2e", view.e2e_s),
+        ("itl", view.itl_s),
+        ("tpot", view.tpot_s),
+    ):
+        out |= _latency_figures(base, stats)
+    out |= _load_counts(view.completed, view.failed)
+    out["output_tokens_per_s"] = view.output_tokens_per_s
+    out["requests_per_s"] = view.requests_per_s
     return out
 
 

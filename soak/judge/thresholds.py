@@ -7,8 +7,9 @@ breached when the p99 TTFT is 2 s or more.
 
 Thresholds are checked twice, against two kinds of figures that are never mixed up:
 
-- live, once a second, from the snapshot's cumulative view (1 % histogram buckets): a
-  ``ThresholdWatch`` remembers when each one was first breached, and an ``abort``
+- live, once a second, from the snapshot's cumulative view (1 % histogram buckets; a
+  mix's ``class.<name>.*`` from that class's live tally, :mod:`soak.judge.class_thresholds`):
+  a ``ThresholdWatch`` remembers when each one was first breached, and an ``abort``
   threshold stops the load once it is breached and its grace has passed (k6's
   ``abortOnFail`` / ``delayAbortEval``);
 - at the end, from the record's exact figures: that decides the verdict.

@@ -118,7 +118,7 @@ class Runner:
             state=state,
             journals=journals,
             watchers=Watchers(host=host),
-            live=LiveLoadStats(config.window_s),
+            live=LiveLoadStats(config.window_s, config.mix.names if config.mix else ()),
             lag=LoopLagMonitor(),
             window=window,
             threshold_watch=ThresholdWatch(

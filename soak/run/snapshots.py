@@ -15,7 +15,9 @@ from datetime import UTC, datetime
 
 import orjson
 
+from soak.judge.class_thresholds import CLASS_PREFIX, class_live_metrics
 from soak.judge.coverage import LIVE_MIN_EXPECTED, coverage_reasons
+from soak.judge.threshold_metrics import Figure
 from soak.judge.thresholds import metrics_from_snapshot
 from soak.record.models import Reason
 from soak.record.sections import ThresholdState
@@ -46,6 +48,9 @@ class SnapshotTick:
         self._seq = 0
         self._open_loop = OpenLoopTally(parts.state.config, parts.live.window_s)
         self._planned_steps = len(planned_steps(parts.state.config)) or None
+        self._class_thresholds = any(
+            t.metric.startswith(CLASS_PREFIX) for t in parts.threshold_watch.thresholds
+        )  # only then are the classes' live views worth building each tick
 
     def write(self, status: str = "running", reasons: list[Reason] | None = None) -> None:
         """Append one snapshot (also flushes aggregated failure counts as an event)."""
@@ -176,6 +181,15 @@ class SnapshotTick:
             loop_lag_s=lag,
         )
 
+    def _live_metrics(self, snap: Snapshot) -> dict[str, Figure]:
+        """The snapshot's live figures and, for a mix, each class's from its tally (read
+        from the live stats: the snapshot carries the whole load's view only)."""
+        metrics = metrics_from_snapshot(snap)
+        cum = snap.load.cumulative
+        if self._class_thresholds and cum is not None:  # the load's elapsed is the classes'
+            metrics |= class_live_metrics(self.parts.live.class_cumulative(cum.span_s))
+        return metrics
+
     def _thresholds_now(self, snap: Snapshot) -> list[ThresholdState]:
         """Live threshold states (kept from the last load tick outside the load); an
         abort_on_fail breach past its grace stops issuing — a FAILED run, not ABORTED."""
@@ -183,7 +197,7 @@ class SnapshotTick:
         if snap.phase in ("load", "drain") or not watch.states:
             elapsed = snap.load.issue_elapsed_s if snap.phase in ("load", "drain") else None
             before = {s.expr for s in watch.states if s.state == "breached"}
-            for ts in watch.update(metrics_from_snapshot(snap), snap.t, elapsed):
+            for ts in watch.update(self._live_metrics(snap), snap.t, elapsed):
                 if ts.state == "breached" and ts.expr not in before:
                     st.events.emit(
                         "threshold",

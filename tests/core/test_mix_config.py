@@ -146,7 +146,7 @@ def test_a_mix_is_refused_where_it_cannot_apply(tmp_path: Path) -> None:
     [
         ("class.nope.error_rate==0", "the mix has no class 'nope'; its classes: chat, long, json"),
         ("class.json.gpu.max_temp_c<80", "'gpu.max_temp_c' is not a load metric a class can"),
-        ("class.json.ttft.p99<2s,abort", "has no live figure (per-class figures are kept only"),
+        ("class.json.ttfb.p99<2s,abort", "has no live figure (soaktop keeps it only in the"),
         ("class.json.ttft<2s", "is not a load metric a class can scope"),
     ],
 )
@@ -157,7 +157,8 @@ def test_class_thresholds_name_the_mix_s_classes(
 
 
 def test_class_thresholds_need_a_mix_and_accept_its_classes(tmp_path: Path) -> None:
-    cfg = _config(tmp_path, thresholds=["class.json.error_rate==0", "class.long.ttft.p99<5s"])
-    assert cfg.thresholds == ["class.json.error_rate==0", "class.long.ttft.p99<5s"]
+    given = ["class.json.error_rate==0", "class.long.ttft.p99<5s", "class.json.failed<3,abort"]
+    cfg = _config(tmp_path, thresholds=given)
+    assert cfg.thresholds == given  # a class's live figure takes ,abort (issue 16 §2)
     with pytest.raises(ConfigError, match="the run has no mix: class thresholds need --mix"):
         load_config(BASE | {"thresholds": ["class.json.error_rate==0"]}, environ={})
