@@ -283,7 +283,8 @@ class StreamClient:
                             return result
                         watch = self._watch(resp, now)
                         contract, answer = self._answer_checks(result)
-                        parser = SSEParser(self.sanity_checks, answer)
+                        calls = contract.collector() if contract is not None else None
+                        parser = SSEParser(self.sanity_checks, answer, calls)
                         # The read loop, inline: every await level costs each read a resume.
                         feed = parser.feed
                         readany = resp.content.readany
@@ -352,7 +353,7 @@ class StreamClient:
         """After the stream: the contract judged on a completed answer; a turn's answer
         handed back (the next turn's history)."""
         if contract is not None and result.ok:
-            contract.judge(result, parser.text, self._scrub)
+            contract.judge(result, parser.text, self._scrub, parser.calls)
         if answer is not None:
             answer.hand_back(result)
 

@@ -10,6 +10,8 @@ it classifies each event and keeps the few facts the load generator needs:
 - ``finish_reason`` and the ``usage`` token counts (never estimated), and the raw ``usage``
   value, which ``loadgen.outcome`` judges once at the stream's end;
 - ``[DONE]``;
+- only for a request that hands it a collector (a tool-call contract's), the tool-call
+  deltas themselves, merged per index (:mod:`loadgen.tool_call_text`);
 - a failure: an ``error`` object inside the 200 stream (``{"error":{...}}``, ``{"error":"..."}``
   or vLLM's older flat ``{"object":"error","message":...}``), an ``event: error`` SSE event,
   or malformed JSON/SSE.
@@ -40,6 +42,7 @@ import orjson
 
 from loadgen.envelope import FailureClass
 from loadgen.sanity import COLLECT_MAX_BYTES, VisibleText, value_unit
+from loadgen.tool_call_text import ToolCallText
 
 __all__ = ["MAX_EVENT_BYTES", "NO_TOKEN", "REASONING", "VISIBLE", "SSEParser", "error_message"]
 
@@ -148,6 +151,7 @@ class SSEParser:
         "_tpl_t",
         "_value_at",
         "_value_end",
+        "calls",
         "completion_tokens",
         "content_seen",
         "done",
@@ -161,7 +165,12 @@ class SSEParser:
         "usage",
     )
 
-    def __init__(self, collect: bool = False, text: VisibleText | None = None) -> None:
+    def __init__(
+        self,
+        collect: bool = False,
+        text: VisibleText | None = None,
+        calls: ToolCallText | None = None,
+    ) -> None:
         self._buf = b""
         self._cr = False  # the previous read ended with "\r" (a "\r\n" may be split)
         self._head: bytes | None = None  # first bytes of the body, for a non-SSE detail
@@ -194,6 +203,9 @@ class SSEParser:
         :mod:`loadgen.sanity`), or the caller's ``text`` (a conversation's answer,
         :mod:`loadgen.answer_text`), which also serves the checks."""
         self._raw = self.text.raw if self.text is not None else None
+        self.calls = calls
+        """The tool-call deltas, merged (:mod:`loadgen.tool_call_text`): only for a request
+        whose answer contract checks its tool calls; None for every other request."""
 
     # ------------------------------------------------------------------ feeding
 
@@ -467,11 +479,15 @@ class SSEParser:
                     self._keep_str(ch["text"])
                 delta = ch.get("delta")
                 if isinstance(delta, dict):
-                    if delta.get("content") or delta.get("tool_calls"):
+                    tool_calls = delta.get("tool_calls")
+                    if delta.get("content") or tool_calls:
                         kind = VISIBLE
                         self._keep_str(delta.get("content"))
-                        if delta.get("tool_calls") and self.text is not None:
-                            self.text.tool_calls = True
+                        if tool_calls:
+                            if self.text is not None:
+                                self.text.tool_calls = True
+                            if self.calls is not None:  # a tool-call contract's request only
+                                self.calls.add(tool_calls)
                     elif kind == NO_TOKEN and (
                         delta.get("reasoning") or delta.get("reasoning_content")
                     ):

@@ -26,7 +26,7 @@ def contract_of(c: MixClass) -> AnswerContract | None:
         return AnswerContract.json_object()
     choice = c.tool_choice
     if c.tools is not None and (choice == "required" or isinstance(choice, dict)):
-        return AnswerContract.tool_call(choice)
+        return AnswerContract.tool_call(c.tools, choice)
     return None
 
 

@@ -19,6 +19,7 @@ from loadgen.envelope import AVAILABILITY_CLASSES, FailureClass, RequestResult
 from loadgen.mix import BLOCK, MixSource, WorkloadClass
 from loadgen.prompts import BodyBuilder, Prompt, PromptPool
 from loadgen.sanity import VisibleText, value_unit
+from loadgen.tool_call_text import ToolCallText
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -128,8 +129,11 @@ def test_json_object_tool_call_and_empty_answers() -> None:
     assert AnswerContract.json_object().check(tools_only, "tool_calls") == (
         "a tool call instead of JSON content"
     )
-    required = AnswerContract.tool_call("required")
-    assert required.check(tools_only, "tool_calls") is None
+    tools = [{"type": "function", "function": {"name": "get_weather"}}]
+    required = AnswerContract.tool_call(tools, "required")
+    calls = ToolCallText()
+    calls.add([{"index": 0, "id": "c0", "function": {"name": "get_weather", "arguments": "{}"}}])
+    assert required.check(tools_only, "tool_calls", calls) is None
     assert "no tool call in the answer" in (required.check(_text("I won't."), "stop") or "")
     cut = AnswerContract.json_schema(TICKET).check(_text('{"title":"x'), "length")
     assert cut is not None and "max_tokens ended it" in cut
