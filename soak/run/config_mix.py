@@ -265,6 +265,10 @@ def _tools(v: object, where: _Where) -> list[dict[str, Any]] | None:
             raise where.error(
                 "tools", tool, 'each {type="function", function={name="...", parameters={...}}}'
             )
+    try:  # each tool's parameters schema, as a tool-call contract will check the arguments
+        AnswerContract.tool_call(v, "required")
+    except ContractError as e:
+        raise where.error("tools", "[…]", str(e)) from None
     return [dict(t) for t in v]
 
 
