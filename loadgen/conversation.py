@@ -19,11 +19,13 @@ conversation (the prompt tokens grow with the turn: the record's per-turn
   ``--max-requests`` counts turns, and turn ``n``'s new user message is ``pool.pick(n)``.
 
 Only the chat API has a history (``messages``); the run's options refuse the completions
-API with turns, and the open loop (``soak.run.config_turns`` says why). The generator is
+API with turns (``soak.run.config_turns``). The generator is
 :class:`loadgen.workers.LoadGenerator` with its two hooks filled in — what a worker sends
 next (:meth:`ConversationGenerator._plan_request`) and what it does between two requests
 (:meth:`ConversationGenerator._between_requests`) — so the barrier, the issue window,
-pause, the drain and any worker parking stay the closed loop's.
+pause, the drain and any worker parking stay the closed loop's. A session's turns
+(:class:`Session`) and what an answer does to it (:func:`take_answer`) are shared with
+the open loop's sessions (:mod:`loadgen.open_loop_sessions`: each arrival starts one).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.request_source import PlannedRequest
 from loadgen.workers import LoadGenerator, LoadPlan, LoadState, StreamingClient
 
-__all__ = ["ConversationGenerator", "ConversationState", "HistoryBuilder"]
+__all__ = ["ConversationGenerator", "ConversationState", "HistoryBuilder", "Session", "take_answer"]
 
 
 @dataclass
@@ -83,8 +85,9 @@ class HistoryBuilder:
         return orjson.dumps({**self._template, "messages": messages})
 
 
-class _Session:
-    """One worker's conversation in progress."""
+class Session:
+    """One conversation in progress: a closed-loop worker's, or an open-loop arrival's
+    (:mod:`loadgen.open_loop_sessions`)."""
 
     __slots__ = ("messages", "number", "turn")
 
@@ -93,6 +96,40 @@ class _Session:
         self.turn = 0
         """Turns sent so far (the turn in flight, once sent)."""
         self.messages: list[dict[str, str]] = []
+
+    def next_turn(self, pool: PromptPool, seq: int, history: HistoryBuilder) -> PlannedRequest:
+        """Turn ``self.turn + 1`` as request ``seq``: the history so far plus the pool's
+        prompt ``seq`` as the new user message."""
+        prompt = pool.pick(seq)
+        self.messages.append({"role": "user", "content": pool.text_for(seq, prompt)})
+        self.turn += 1
+        return PlannedRequest(
+            prompt.id,
+            history.build(self.messages),
+            history.output_limit,
+            history.path,
+            session=self.number,
+            turn=self.turn,
+        )
+
+
+def take_answer(
+    state: ConversationState, session: Session, result: RequestResult, turns: int
+) -> bool:
+    """Fold turn ``session.turn``'s result into its session: True when the session goes
+    on (the answer joins its history), False when it ended here, counted in ``state`` (all
+    ``turns`` done, or this turn failed: there is no answer to build on)."""
+    if not result.ok or result.answer is None:
+        state.sessions_ended_early[session.turn] += 1
+        return False
+    if result.answer_truncated:
+        state.history_truncated += 1
+    if session.turn >= turns:
+        state.sessions_completed += 1
+        return False
+    session.messages.append({"role": "assistant", "content": result.answer})
+    result.answer = None  # the history holds it now; the result goes nowhere with it
+    return True
 
 
 class ConversationGenerator(LoadGenerator):
@@ -121,28 +158,16 @@ class ConversationGenerator(LoadGenerator):
         self.turns = turns
         self.think_time_s = think_time_s
         self._history = HistoryBuilder(bodies)
-        self._sessions: dict[int, _Session] = {}
+        self._sessions: dict[int, Session] = {}
         """The session in progress, by worker index."""
 
     def _plan_request(self, worker: int, seq: int) -> PlannedRequest:
         """The worker's next turn: a new session's first, or its session's next."""
         session = self._sessions.get(worker)
         if session is None:
-            session = self._sessions[worker] = _Session(self.state.sessions_started)
+            session = self._sessions[worker] = Session(self.state.sessions_started)
             self.state.sessions_started += 1
-        pool = self._pool
-        prompt = pool.pick(seq)
-        session.messages.append({"role": "user", "content": pool.text_for(seq, prompt)})
-        session.turn += 1
-        history = self._history
-        return PlannedRequest(
-            prompt.id,
-            history.build(session.messages),
-            history.output_limit,
-            history.path,
-            session=session.number,
-            turn=session.turn,
-        )
+        return session.next_turn(self._pool, seq, self._history)
 
     async def _park(self, index: int) -> None:
         """A parked worker's user has left: its session ends here (the record counts it
@@ -153,20 +178,9 @@ class ConversationGenerator(LoadGenerator):
 
     async def _between_requests(self, worker: int, result: RequestResult) -> None:
         """Add the answer to the history, or end the session; then think."""
-        session = self._sessions[worker]
-        gs = self.state
-        if not result.ok or result.answer is None:
-            gs.sessions_ended_early[session.turn] += 1
+        if not take_answer(self.state, self._sessions[worker], result, self.turns):
             del self._sessions[worker]
             return
-        if result.answer_truncated:
-            gs.history_truncated += 1
-        if session.turn >= self.turns:
-            gs.sessions_completed += 1
-            del self._sessions[worker]
-            return
-        session.messages.append({"role": "assistant", "content": result.answer})
-        result.answer = None  # the history holds it now; the result goes nowhere with it
         if self.think_time_s > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.think_time_s)

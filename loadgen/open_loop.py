@@ -26,6 +26,11 @@ The barrier, the issue window, stop, pause and the drain are :class:`LoadGenerat
 runner drives both through the same methods): the "workers" behind the barrier are the
 connections warmed before the window opens, and the only task in ``tasks`` is the
 scheduler, which ends once the requests it started have all ended.
+
+Multi-turn sessions on the open loop (each arrival starts one, its later turns due after
+their previous answer) are a subclass, :mod:`loadgen.open_loop_sessions`: it replaces the
+scheduler's loop and fills in two hooks here — :meth:`OpenLoopGenerator._launch` (send
+a planned request at its intended time) and :meth:`OpenLoopGenerator._after_result`.
 """
 
 from __future__ import annotations
@@ -35,12 +40,12 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from loadgen.arrivals import RateCurve
 from loadgen.envelope import FailureClass, RequestResult
 from loadgen.prompts import BodyBuilder, PromptPool
-from loadgen.request_source import RequestSource
+from loadgen.request_source import PlannedRequest, RequestSource
 from loadgen.workers import LoadGenerator, LoadPlan, LoadState, StreamingClient
 
 WARM_CONNECTIONS_MAX = 64
@@ -65,7 +70,8 @@ class OpenLoopState(LoadState):
     """The closed loop's counters, plus what only a schedule has."""
 
     held_by_cap: int = 0
-    """Arrivals that found ``max_in_flight`` requests in flight and waited for a slot."""
+    """Requests that found ``max_in_flight`` requests in flight and waited for a slot:
+    arrivals, and an open loop of sessions' later turns too."""
     in_flight_peak: int = 0
     skipped_paused: int = 0
     """Arrivals whose intended time fell inside an operator's pause: not sent (a pause is
@@ -73,6 +79,12 @@ class OpenLoopState(LoadState):
     pauses: list[tuple[int, int | None]] = field(default_factory=list)
     """The operator's pauses, ``(paused_ns, resumed_ns)`` (None: still paused): the
     arrivals the schedule had in them were withheld by the operator, not offered."""
+
+    @property
+    def arrivals_issued(self) -> int:
+        """Arrivals of the schedule sent so far (the live achieved rate's count): every
+        request here; in an open loop of sessions, their first turns only."""
+        return self.issued
 
     def paused_spans_s(self, released_ns: int) -> list[tuple[float, float]]:
         """The pauses in seconds from the release (an open one runs to infinity)."""
@@ -375,8 +387,11 @@ class OpenLoopGenerator(LoadGenerator):
 
     def _start(self, seq: int, arrival: int, intended_ns: int) -> None:
         """Start request ``seq`` (the source's ``arrival``-th) as its own task."""
+        self._launch(seq, self.source.request(arrival), intended_ns)
+
+    def _launch(self, seq: int, req: PlannedRequest, intended_ns: int) -> None:
+        """Start request ``seq``, sending ``req``, as its own task."""
         index = seq % len(self.plan.endpoints)
-        req = self.source.request(arrival)
         result = RequestResult(
             request_id=f"{self.plan.request_id_prefix}/{seq}",
             worker=index,
@@ -386,6 +401,8 @@ class OpenLoopGenerator(LoadGenerator):
             intended_ns=intended_ns,
             workload_class=req.workload_class,
             step=self.step,
+            session=req.session,
+            turn=req.turn,
         )
         url = self.plan.endpoints[index] + req.path
         task = asyncio.get_running_loop().create_task(self._send(seq, result, url, req.body))
@@ -417,6 +434,17 @@ class OpenLoopGenerator(LoadGenerator):
             if self._slot_free is not None:
                 _wake(self._slot_free)
         self._on_result(result)
+        if self.follow_ups:
+            self._after_result(result)
+
+    follow_ups: ClassVar[bool] = False
+    """A subclass whose requests can lead to more (:meth:`_after_result`): an open-loop
+    session's next turn (:mod:`loadgen.open_loop_sessions`)."""
+
+    def _after_result(self, result: RequestResult) -> None:
+        """After a request that ended (not one soaktop cut) is journaled; synchronous, so
+        what it plans is in place before the scheduler next runs. Not called unless
+        ``follow_ups``: a load of single requests pays nothing for it."""
 
 
 def paused_spans(gen: LoadGenerator | None) -> list[tuple[float, float]]:
