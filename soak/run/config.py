@@ -131,8 +131,9 @@ class RunConfig(BaseModel):
     shared_prefix: bool = False
     """Synthetic prompts only: let requests share prefixes (by default each gets a unique one)."""
     turns: int = Field(1, ge=1, le=MAX_TURNS)
-    """Turns per conversation (chat, closed loop; soak.run.config_turns): turn i + 1 sends
-    the history (the actual answers) plus the pool's next prompt; 1: single requests."""
+    """Turns per conversation (chat; soak.run.config_turns): turn i + 1 sends the history
+    (the actual answers) plus the pool's next prompt; on an open loop each arrival starts
+    a session; 1: single requests."""
     think_time_s: ThinkTime = None
     """Conversations: the wait from a turn's answer to the next turn (2, 2s, 500ms; 0)."""
     label: str = Field("run", pattern=NAME_PATTERN, max_length=64)

@@ -1,10 +1,14 @@
 """The conversation options of :class:`soak.run.config.RunConfig`, checked together.
 
-``turns`` K ≥ 2 makes every worker run sessions of K turns (:mod:`loadgen.conversation`);
-1 (the default) is a load of single requests. ``think_time_s`` is the wait between a
-turn's answer and the next turn (0 allowed), given in seconds or as ``2s``, ``500ms``,
-``1m``. What a conversation cannot be combined with is refused here, in words naming the
-option, the value and why, so a run never silently drops what its operator asked for.
+``turns`` K ≥ 2 makes a load of sessions of K turns: on the closed loop every worker runs
+them (:mod:`loadgen.conversation`); on an open loop at a rate (constant, poisson, gamma)
+each arrival starts one and its later turns are due after their previous answer
+(:mod:`loadgen.open_loop_sessions`; the rate is the sessions'). 1 (the default) is a load
+of single requests. ``think_time_s`` is the wait between a turn's answer and the next turn
+(0 allowed), given in seconds or as ``2s``, ``500ms``, ``1m``. What a conversation cannot
+be combined with (the completions API, the matrix, a trace, a mix) is refused here, in
+words naming the option, the value and why, so a run never silently drops what its
+operator asked for.
 """
 
 from __future__ import annotations
@@ -67,13 +71,12 @@ def _combination_problem(cfg: RunConfig) -> str | None:
         )
     if cfg.matrix is not None:
         return "the matrix profile sends single requests per cell: drop --turns or --matrix"
-    if cfg.arrival != "closed" or cfg.rate is not None:
+    if cfg.arrival == "trace":
         return (
-            f"arrival = {cfg.arrival!r}: conversations run on the closed loop only — in "
-            "an open loop an arrival would start a session, but its later turns follow "
-            "their previous answer, not the schedule, so they would have no intended "
-            "time to be late against; use --arrival closed (--concurrency N sessions "
-            "at a time)"
+            "a trace replays single requests (each arrival its own token counts, no "
+            "history to follow): conversations take a closed loop (--concurrency N "
+            "sessions at a time) or a rate (--arrival constant|poisson|gamma --rate R "
+            "sessions/s); drop --turns or the trace"
         )
     if getattr(cfg, "mix", None) is not None:
         return "a mixed load (--mix) with conversations is not supported yet: drop one"

@@ -73,7 +73,8 @@ class OpenLoopTally:
         )
         if known:
             self._advance(elapsed)
-        self._samples.append((elapsed, self.due, gs.issued))
+        sent = gs.arrivals_issued  # a session's later turns are not arrivals
+        self._samples.append((elapsed, self.due, sent))
         while len(self._samples) > 2 and elapsed - self._samples[1][0] >= self.window_s:
             self._samples.popleft()
         t0, due0, sent0 = self._samples[0]
@@ -88,9 +89,9 @@ class OpenLoopTally:
             held_by_cap=gs.held_by_cap,
             skipped_paused=gs.skipped_paused,
             offered_window_per_s=(self.due - due0) / span if known and span > 0 else None,
-            achieved_window_per_s=(gs.issued - sent0) / span if span > 0 else None,
+            achieved_window_per_s=(sent - sent0) / span if span > 0 else None,
             offered_per_s=self.due / elapsed if known and elapsed > 0 else None,
-            achieved_per_s=gs.issued / elapsed if elapsed > 0 else None,
+            achieved_per_s=sent / elapsed if elapsed > 0 else None,
             lateness_window_s=late_window,
             lateness_s=late_all,
         )

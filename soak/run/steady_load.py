@@ -17,6 +17,7 @@ from loadgen.arrivals import RateCurve, arrival_offsets, curve_draws, curve_offs
 from loadgen.client import StreamClient
 from loadgen.conversation import ConversationGenerator
 from loadgen.open_loop import WARM_CONNECTIONS_MAX, OpenLoopGenerator, in_spans, paused_spans
+from loadgen.open_loop_sessions import OpenLoopSessionGenerator
 from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.workers import LoadGenerator, LoadPlan
 from probes.host import raise_fd_limit
@@ -183,7 +184,10 @@ def in_flight_cap(cfg: RunConfig) -> int | None:
         return trace_setup.in_flight_cap(cfg)
     if cfg.arrival == "closed" or cfg.rate is None:
         return None
-    return cfg.max_in_flight if cfg.max_in_flight is not None else default_max_in_flight(cfg.rate)
+    if cfg.max_in_flight is not None:
+        return cfg.max_in_flight
+    # Sessions: each arrival brings up to `turns` requests, so the default has room for them.
+    return default_max_in_flight(cfg.rate * cfg.turns)
 
 
 def arrival_seed(cfg: RunConfig) -> int:
@@ -200,14 +204,15 @@ def make_generator(
     sink: RequestSink,
     class_pools: Mapping[str, PromptPool] | None = None,
 ) -> LoadGenerator:
-    """The closed loop's workers, or the open loop's scheduler (same interface);
+    """The closed loop's workers, or the open loop's scheduler (same interface), each
+    running sessions with ``--turns`` (an open loop's arrivals start them);
     ``class_pools``: a mix's classes' own pools (``RunState.class_pools``)."""
     cap = in_flight_cap(cfg)
-    if cfg.turns > 1:  # sessions of turns: closed loop only (soak.run.config_turns)
+    think_s = cfg.think_time_s or 0.0
+    if cfg.turns > 1 and (cfg.arrival == "closed" or cfg.rate is None or cap is None):
         return ConversationGenerator(
-            plan, client, pool, bodies, sink.on_result,
-            turns=cfg.turns, think_time_s=cfg.think_time_s or 0.0,
-        )  # fmt: skip
+            plan, client, pool, bodies, sink.on_result, turns=cfg.turns, think_time_s=think_s
+        )
     source = request_source(cfg, pool, bodies, class_pools)
     if cfg.arrival == "trace":  # the trace's own times; the window ends with the trace
         return trace_setup.trace_generator(cfg, plan, client, pool, bodies, sink.on_result, source)
@@ -217,6 +222,11 @@ def make_generator(
     # rates, and what a live `set` changes (soak.run.load_steps).
     curve = step_curve(cfg) or RateCurve(points=[(0.0, cfg.rate)])
     offsets = curve_draws(cfg.arrival, curve, cfg.burstiness, arrival_seed(cfg))
+    if cfg.turns > 1:  # each arrival starts a session (loadgen.open_loop_sessions)
+        return OpenLoopSessionGenerator(
+            plan, client, pool, bodies, sink.on_result, offsets, cap,
+            turns=cfg.turns, think_time_s=think_s, curve=curve,
+        )  # fmt: skip
     return OpenLoopGenerator(
         plan, client, pool, bodies, sink.on_result, offsets, cap, source=source, curve=curve
     )

@@ -16,6 +16,8 @@ from tests.e2e.conftest import CLIENT_LAG, journal, only_run_dir, record, run_ar
 
 pytestmark = pytest.mark.e2e
 
+TRACE = Path(__file__).resolve().parents[2] / "samples" / "traces" / "azure_sample.csv"
+
 
 def _run(sim: SimHandle, tmp_path: Path, *flags: str) -> tuple[int, str, Path]:
     out = tmp_path / "runs"
@@ -106,7 +108,7 @@ def test_a_single_request_load_writes_no_turn_keys(sim, tmp_path):
     ("flags", "words"),
     [
         (("--turns", "3", "--api", "completions"), "needs the chat API"),
-        (("--turns", "3", "--arrival", "poisson", "--rate", "5"), "closed loop only"),
+        (("--turns", "3", "--arrival", f"trace:{TRACE}"), "a trace replays single requests"),
         (("--think-time", "2s"), "give --turns K"),
         (("--turns", "2", "--think-time", "soon"), "think time 'soon'"),
         (("--turns", "99",), "--turns"),
