@@ -167,9 +167,11 @@ def final_report(rec: RunRecord, run_dir: Path) -> str:
         )
         if ld.offered_rate is not None:  # open loop: did the client hold the schedule?
             late = ld.lateness_s.p99
+            # An open loop of sessions: the schedule's arrivals start sessions, not requests.
+            per = "sessions/s" if rec.sessions is not None else "req/s"
             out.append(
-                f"  open loop: offered {_f(ld.offered_rate, '{:.1f}')} req/s, achieved "
-                f"{_f(ld.achieved_rate, '{:.1f}')} req/s, lateness p99 "
+                f"  open loop: offered {_f(ld.offered_rate, '{:.1f}')} {per}, achieved "
+                f"{_f(ld.achieved_rate, '{:.1f}')} {per}, lateness p99 "
                 f"{_f(None if late is None else late * 1e3, '{:.1f}')} ms, held by cap "
                 f"{ld.held_by_cap or 0}, P99 TTFT from intended {_f(ld.ttft_from_intended_s.p99)} s"
             )

@@ -50,5 +50,6 @@ def test_poisson_sessions_of_three_turns_are_offered_and_recorded_as_sessions(si
     assert "rate_not_achieved" not in invalid, rec["reasons"]
     assert load["lateness_s"]["n"] == len(lines)  # lateness takes every turn
     assert "sessions (3 turns, think 0.2 s)" in text, text
+    assert "open loop: offered" in text and " sessions/s, achieved" in text, text
     rc_verify, verify_text = run_soaktop("verify", str(run_dir))
     assert rc_verify == 0, verify_text
