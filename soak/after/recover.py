@@ -21,11 +21,10 @@ from typing import Any
 from soak.after.journal_facts import RunJournals, config_thresholds, recovered_facts
 from soak.after.recover_open_loop import open_loop_timing, step_offers
 from soak.judge.config_caveats import config_caveats
-from soak.judge.goodput import measured_steps
 from soak.judge.limits import percentile_method
+from soak.judge.load_pass import LoadFigures, load_figures
 from soak.judge.thresholds import Threshold, ThresholdError
 from soak.judge.verdict import judge
-from soak.record.class_figures import class_figures, class_section, mix_classes
 from soak.record.endurance import Endurance, WindowFigures
 from soak.record.events import Event
 from soak.record.faults import faults_from_events, load_start
@@ -35,11 +34,9 @@ from soak.record.models import (
     EXIT_STORAGE,
     EXIT_USAGE,
     Identity,
-    LoadStep,
     PhaseSpan,
     Reason,
     RunRecord,
-    SweepResult,
     exit_code_for,
     write_atomic,
     write_record,
@@ -52,11 +49,10 @@ from soak.record.run_dir import (
     record_problem,
 )
 from soak.record.sections import Fault
-from soak.record.step_figures import StepCounts, step_sections, steps_from_events
-from soak.record.summary import LoadTiming, summarize_load
+from soak.record.step_figures import StepCounts, steps_from_events
+from soak.record.summary import LoadTiming
 from soak.record.summary_csv import summary_csv
 from soak.record.telemetry import RecordTelemetry
-from soak.record.turn_figures import conversation_fields
 from soak.run.control import live_runner_pid
 from soak.run.finalize import run_files
 from soak.run.gate_session import gates_from_journal
@@ -210,11 +206,9 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
     journals = RunJournals.read(run_dir)
     timing, phases = _timing_from_events(run_dir, journals.events, config)
     timing, open_loop_notes = open_loop_timing(run_dir, config, journals, timing, phases)
-    load = (
-        summarize_load(run_dir / "requests.jsonl", timing, percentile_method(config))
-        if timing
-        else None
-    )
+    # One read of requests.jsonl: the load, each step (a sweep's knee), class and turn.
+    figures = _figures(run_dir, config, journals, timing, phases)
+    load = figures.load if figures is not None else None
     gates, bad_lines = gates_from_journal(run_dir)
     matrix = matrix_from_journals(run_dir, config)
     windows, endurance = recovered_timeline(run_dir, config, journals, timing)
@@ -229,10 +223,8 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
         notes=torn + _journal_notes(run_dir, journals, timing, bad_lines) + open_loop_notes,
     )
     facts.endurance = endurance
-    steps, sweep = _steps(run_dir, config, journals, timing, phases)
-    facts.steps = steps
-    mix, method = mix_classes(config), percentile_method(config)  # a mix's: each class's
-    facts.classes = class_figures(run_dir / "requests.jsonl", timing, mix, method)
+    if figures is not None:
+        facts.steps, facts.classes = figures.steps, figures.classes
     verdict = judge(facts)
     identity, damaged = _identity(run_dir)
     reasons = verdict.reasons + damaged
@@ -257,36 +249,40 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
         ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         recovered=True,
         files=run_files(run_dir),
-        **conversation_fields(run_dir / "requests.jsonl", config, load, percentile_method(config)),
-        **step_sections(steps, sweep),  # absent for a load without steps
-        **class_section(facts.classes),  # a mix's only
+        **(figures.sections() if figures is not None else {}),
     )
     _write(run_dir, record)
     return record
 
 
-def _steps(
+def _figures(
     run_dir: Path,
     config: dict[str, Any],
     journals: RunJournals,
     timing: LoadTiming | None,
     phases: list[PhaseSpan],
-) -> tuple[list[LoadStep], SweepResult | None]:
-    """The load's steps from their ``step`` events, measured as finalize measures them.
-    An open loop's steps get their offered rates from the rate curve redrawn
+) -> LoadFigures | None:
+    """The load and all its slices from one read of requests.jsonl, measured as finalize
+    measures them (None: no load ran). The steps come from their ``step`` events; an
+    open loop's get their offered rates from the rate curve redrawn
     (:func:`~soak.after.recover_open_loop.step_offers`); the arrivals held by the cap
     in each, which only the live run counted, are unknown (None)."""
     if timing is None:
-        return [], None
+        return None
     steps = steps_from_events(journals.event_lines(), timing.issue_end_s)
-    if not steps:
-        return [], None
-    offers = step_offers(run_dir, config, journals, timing, steps, phases)
+    offers = step_offers(run_dir, config, journals, timing, steps, phases) if steps else []
     counts = [
         StepCounts() if offered is None else StepCounts(offered, held_by_cap=None)
         for offered in offers
     ]
-    return measured_steps(run_dir / "requests.jsonl", steps, timing, config, counts)
+    return load_figures(
+        run_dir / "requests.jsonl",
+        timing,
+        config,
+        percentile_method(config),
+        steps=steps,
+        counts=counts,
+    )
 
 
 def recovered_timeline(

@@ -25,11 +25,10 @@ from soak.judge.config_caveats import config_caveats
 from soak.judge.coverage import coverage_problems
 from soak.judge.facts import Judgement
 from soak.judge.faults import gpu_faults_judgeable
-from soak.judge.goodput import measured_steps
 from soak.judge.limits import percentile_method
+from soak.judge.load_pass import LoadFigures, load_figures
 from soak.judge.thresholds import Threshold, ThresholdError
 from soak.judge.verdict import judge, status_of
-from soak.record.class_figures import class_figures, mix_classes
 from soak.record.endurance import Endurance, WindowFigures
 from soak.record.faults import faults_from_events, writes_incidents
 from soak.record.faults import load_start as faults_load_start
@@ -45,8 +44,7 @@ from soak.record.models import (
 )
 from soak.record.run_dir import RunDirError, journal_problems, load_run_record
 from soak.record.step_figures import counts_from_record, steps_from_events
-from soak.record.summary import LoadTiming, summarize_load
-from soak.record.turn_figures import conversation_fields
+from soak.record.summary import LoadTiming
 from soak.run.finalize import HASHED_FILES
 from soak.run.gate_session import gates_from_journal
 from soak.run.matrix_run import matrix_from_journal
@@ -127,10 +125,11 @@ def verify_run(run_dir: Path) -> list[str]:
 
 def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
     problems = _hash_problems(run_dir, rec)
-    again = _load_again(run_dir, rec, problems)
-    _turns_again(run_dir, rec, problems)
-    steps = _steps_again(run_dir, rec, problems)
-    classes = _classes_again(run_dir, rec, problems)
+    figures = _figures_again(run_dir, rec)  # one read of requests.jsonl for all of them
+    again = _load_again(run_dir, rec, figures, problems)
+    _turns_again(rec, figures, problems)
+    steps = _steps_again(run_dir, rec, figures, problems)
+    classes = _classes_again(rec, figures, problems)
     _check_caveats(rec, again, problems)
     gates, bad_lines = gates_from_journal(run_dir)
     problems += bad_lines
@@ -174,14 +173,29 @@ def _hash_problems(run_dir: Path, rec: RunRecord) -> list[str]:
     return problems
 
 
-def _load_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> LoadSummary | None:
+def _figures_again(run_dir: Path, rec: RunRecord) -> LoadFigures | None:
+    """The load and all its slices recomputed from requests.jsonl in one read, over the
+    record's timing, its steps' spans and the counters only the run knew, as the record
+    holds them (None: the record has no load)."""
+    if rec.load is None:
+        return None
+    return load_figures(
+        run_dir / "requests.jsonl",
+        LoadTiming.from_summary(rec.load),
+        rec.config,
+        percentile_method(rec.config),
+        steps=rec.steps,
+        counts=counts_from_record(rec.steps),
+        turns_of=rec.load,
+    )
+
+
+def _load_again(
+    run_dir: Path, rec: RunRecord, figures: LoadFigures | None, problems: list[str]
+) -> LoadSummary | None:
     """The load summary (or the matrix) recomputed from requests.jsonl, compared."""
-    if rec.load is not None:
-        again = summarize_load(
-            run_dir / "requests.jsonl",
-            LoadTiming.from_summary(rec.load),
-            percentile_method(rec.config),
-        )
+    if rec.load is not None and figures is not None:
+        again = figures.load
         _diff("load", rec.load.model_dump(mode="json"), again.model_dump(mode="json"), problems)
         return again
     if rec.matrix is not None:
@@ -197,32 +211,27 @@ def _load_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> LoadSumma
     return None
 
 
-def _turns_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> None:
-    """A conversation load's per-turn figures and sessions, recomputed and compared."""
-    again = conversation_fields(
-        run_dir / "requests.jsonl", rec.config, rec.load, percentile_method(rec.config)
-    )
+def _turns_again(rec: RunRecord, figures: LoadFigures | None, problems: list[str]) -> None:
+    """A conversation load's per-turn figures and sessions (over the record's load),
+    recomputed and compared."""
+    again = figures.conversation if figures is not None else {}
     mine = rec.model_dump(mode="json", include={"turns", "sessions"})
     theirs = {k: as_json(v) for k, v in again.items()}
     _diff("record", mine, theirs, problems)
 
 
-def _steps_again(run_dir: Path, rec: RunRecord, problems: list[str]) -> list[LoadStep]:
+def _steps_again(
+    run_dir: Path, rec: RunRecord, figures: LoadFigures | None, problems: list[str]
+) -> list[LoadStep]:
     """Every step's figures and goodput and the sweep's knee, recomputed from
     requests.jsonl over the record's step spans (the counters only the run knew, as the
     whole load's, from the record), compared."""
-    if rec.load is None:
+    if rec.load is None or figures is None:
         return list(rec.steps)
     _check_step_spans(run_dir, rec.steps, rec.load.issue_end_s, problems)
     if not rec.steps:
         return []
-    steps, sweep = measured_steps(
-        run_dir / "requests.jsonl",
-        rec.steps,
-        LoadTiming.from_summary(rec.load),
-        rec.config,
-        counts_from_record(rec.steps),
-    )
+    steps, sweep = figures.steps, figures.sweep
     mine = rec.model_dump(mode="json", include={"steps", "sweep"})
     theirs: dict[str, Any] = {"steps": [s.model_dump(mode="json") for s in steps]}
     if sweep is not None:
@@ -250,12 +259,10 @@ def _check_step_spans(
 
 
 def _classes_again(
-    run_dir: Path, rec: RunRecord, problems: list[str]
+    rec: RunRecord, figures: LoadFigures | None, problems: list[str]
 ) -> list[WorkloadClassFigures]:
     """A mix's per-class figures, recomputed from requests.jsonl and compared."""
-    timing = LoadTiming.from_summary(rec.load) if rec.load is not None else None
-    method = percentile_method(rec.config)
-    again = class_figures(run_dir / "requests.jsonl", timing, mix_classes(rec.config), method)
+    again = figures.classes if figures is not None else []
     mine = {"classes": [c.model_dump(mode="json") for c in rec.classes]}
     _diff("record", mine, {"classes": [c.model_dump(mode="json") for c in again]}, problems)
     return again

@@ -155,24 +155,38 @@ def measured_steps(
 ) -> tuple[list[LoadStep], SweepResult | None]:
     """The record's ``steps`` (each with its figures and goodput under the config's
     ``slo``) and ``sweep`` (its knee; None unless the config has a sweep): the one path
-    finalize, verify and recover take."""
-    slo_text = config.get("slo")
-    slos = parse_slo(slo_text) if isinstance(slo_text, str) and slo_text else []
+    finalize, verify and recover take (in the same read as the rest of the record's
+    figures: :mod:`soak.judge.load_pass`)."""
     method = percentile_method(config)
-    done = step_figures(
-        requests_path, steps, whole, method, counts, lambda line: request_meets(line, slos)
-    )
+    done = step_figures(requests_path, steps, whole, method, counts, good_line(config))
+    return done, sweep_of(done, config)
+
+
+def good_line(config: Mapping[str, Any]) -> Callable[[dict[str, Any]], bool]:
+    """Whether a journal line is a good request under the config's ``slo``."""
+    slos = _config_slos(config)
+    return lambda line: request_meets(line, slos)
+
+
+def sweep_of(done: Sequence[LoadStep], config: Mapping[str, Any]) -> SweepResult | None:
+    """The sweep's knee among the measured steps ``done`` (None unless the config has a
+    sweep)."""
     sweep = config.get("sweep")
     if not isinstance(sweep, str) or not sweep:
-        return done, None
+        return None
     kind: Literal["rate", "concurrency"] = (
         "rate" if sweep.partition("=")[0].strip() == "rate" else "concurrency"
     )
     swept = [s for s in done if s.origin == "sweep"]
     at = knee([s.goodput for s in swept])
-    return done, SweepResult(
+    return SweepResult(
         kind=kind,
-        slo=[s.text for s in slos],
+        slo=[s.text for s in _config_slos(config)],
         knee_step=None if at is None else swept[at].index,
         rule=KNEE_RULE,
     )
+
+
+def _config_slos(config: Mapping[str, Any]) -> list[Slo]:
+    slo_text = config.get("slo")
+    return parse_slo(slo_text) if isinstance(slo_text, str) and slo_text else []

@@ -10,23 +10,30 @@ things no class owns (backoffs, worker errors, arrivals held by the cap) and the
 loop's schedule figures (offered rate, lateness) stay in the load's figures alone.
 
 The classes and their weights come from the config as the run wrote it (``config.mix``),
-so a record can be recomputed with no mix file at hand.
+so a record can be recomputed with no mix file at hand. Every class is measured in one
+read of the journal (:class:`ClassTallies`; with the whole load and the other slices:
+:mod:`soak.judge.load_pass`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from loadgen.stats import PercentileMethod
-from soak.record.journal import read_jsonl
 from soak.record.models import WorkloadClassFigures
-from soak.record.summary import LoadTiming, summarize_load
+from soak.record.summary import ItlShare, KeyedTallies, LoadTally, LoadTiming, read_load
 
-__all__ = ["class_figures", "class_lines", "class_section", "class_timing", "mix_classes"]
+__all__ = [
+    "ClassTallies",
+    "class_figures",
+    "class_lines",
+    "class_section",
+    "class_timing",
+    "mix_classes",
+]
 
 
 def mix_classes(config: Mapping[str, Any]) -> list[tuple[str, float]]:
@@ -56,35 +63,44 @@ def class_figures(
     classes: list[tuple[str, float]],
     method: PercentileMethod = "nearest-rank",
 ) -> list[WorkloadClassFigures]:
-    """Each class's figures (empty without classes, or when no load ran): one pass to
-    count each class's requests, then one sliced summary per class."""
+    """Each class's figures (empty without classes, or when no load ran), from one read
+    of the journal (:class:`ClassTallies`)."""
     if not classes or timing is None:
         return []
-    issued: Counter[object] = Counter(
-        line.get("workload_class")
-        for line in read_jsonl(requests_path)
-        if line.get("phase", "load") == "load"
-    )
-    return [
-        WorkloadClassFigures(
-            name=name,
-            weight=weight,
-            load=summarize_load(
-                requests_path,
-                class_timing(timing, issued[name]),
-                method,
-                keep=_of_class(name),
-            ),
-        )
-        for name, weight in classes
-    ]
+    tallies = ClassTallies(timing, classes)
+    read_load(requests_path, [tallies.offer])
+    return tallies.figures(method)
 
 
-def _of_class(name: str) -> Callable[[dict[str, Any]], bool]:
-    def keep(line: dict[str, Any]) -> bool:
-        return line.get("workload_class") == name
+class ClassTallies:
+    """Every class's tally for one read of the journal (each load line goes to its
+    class's by one look-up of ``workload_class``), and their figures after it. A class
+    costs a tally (:class:`LoadTally`: its latency samples) for the length of the read;
+    the classes partition the load, so all of them together hold about what the whole
+    load's does."""
 
-    return keep
+    def __init__(
+        self,
+        timing: LoadTiming,
+        classes: list[tuple[str, float]],
+        share: ItlShare | None = None,
+    ) -> None:
+        self.timing = timing
+        self.classes = classes
+        share = share if share is not None else ItlShare()
+        # A class's own timing has no schedule (module docstring): its tally none either.
+        unscheduled = class_timing(timing, 0)
+        self.tallies = {name: LoadTally.for_timing(unscheduled, share) for name, _ in classes}
+        self.offer = KeyedTallies("workload_class", self.tallies).offer
+
+    def figures(self, method: PercentileMethod) -> list[WorkloadClassFigures]:
+        """Each class's figures, in the mix's order; ``issued`` is the class's lines."""
+        out = []
+        for name, weight in self.classes:
+            tally = self.tallies[name]
+            load = tally.summary(class_timing(self.timing, tally.lines), method)
+            out.append(WorkloadClassFigures(name=name, weight=weight, load=load))
+        return out
 
 
 def class_section(classes: Sequence[WorkloadClassFigures]) -> dict[str, Any]:

@@ -115,15 +115,22 @@ class LoadSummary(AbsentUnlessSet):
     """Actual input tokens per request (server usage), beside the pool's nominal figure."""
     offered_rate: float | None = None
     """Open loop: the schedule's arrivals in the judged window ÷ ``issue_s`` (``--rate``
-    is its mean; a Poisson count strays from it by chance)."""
+    is its mean; a Poisson count strays from it by chance). With ``--turns``, arrivals are
+    sessions: this is the session arrival rate."""
     achieved_rate: float | None = None
-    """Open loop: requests sent in the issue window ÷ ``issue_s``."""
+    """Open loop: arrivals sent in the issue window ÷ ``issue_s``. With ``--turns`` only a
+    session's turn 1 is an arrival: its later turns are not counted (compare
+    ``offered_rate``, the sessions'; so in ``turns``, the slices of turn 2 on show 0)."""
     lateness_s: LatencyStats = Field(default_factory=LatencyStats)
-    """Open loop: actual send − intended send (the client's, or the cap's, lateness)."""
+    """Open loop: actual send − intended send (the client's, or the cap's, lateness), of
+    every request: with ``--turns``, every turn (a later turn is due at its previous
+    answer's end + think time)."""
     ttft_from_intended_s: LatencyStats = Field(default_factory=LatencyStats)
     """Open loop: intended send → first token, lateness included (no coordinated
-    omission: a request the client sent late still counts from when it was due)."""
+    omission: a request the client sent late still counts from when it was due); every
+    turn with ``--turns``."""
     e2e_from_intended_s: LatencyStats = Field(default_factory=LatencyStats)
     """Open loop: intended send → stream end."""
     held_by_cap: int | None = None
-    """Open loop: arrivals that found ``max_in_flight`` requests in flight and waited."""
+    """Open loop: arrivals (with ``--turns``, a session's later turns too) that found
+    ``max_in_flight`` requests in flight and waited."""

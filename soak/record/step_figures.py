@@ -19,10 +19,15 @@ whole load's timing does (:meth:`LoadTiming.from_summary`).
 
 ``goodput`` is the step's good requests ÷ its span; what a good request is comes from
 the room above (:mod:`soak.judge.goodput`, the ``--slo``) as a predicate on a line.
+
+All the steps are measured in one read of the journal (:class:`StepTallies`), with the
+whole load and the record's other slices when finalize, verify and recover measure them
+(:mod:`soak.judge.load_pass`).
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,7 +36,7 @@ from typing import Any
 
 from loadgen.stats import PercentileMethod
 from soak.record.models import LoadStep, SweepResult
-from soak.record.summary import LoadTiming, summarize_load
+from soak.record.summary import ItlShare, LoadTally, LoadTiming, read_load
 
 
 @dataclass(frozen=True)
@@ -117,22 +122,109 @@ def step_figures(
     counts: Sequence[StepCounts],
     good: Callable[[dict[str, Any]], bool],
 ) -> list[LoadStep]:
-    """Every step with its figures and goodput, ``good`` saying which of its lines count
-    (one journal pass per step: a load has a handful of steps, a live exploration tens)."""
-    out: list[LoadStep] = []
-    for step, c in zip(steps, counts, strict=True):
-        timing = step_timing(step, whole, c, last=step is steps[-1])
-        if timing is None:
-            out.append(step.model_copy(update={"load": None, "goodput": None}))
-            continue
-        tally = _GoodTally(good)
-        load = summarize_load(
-            requests_path, timing, method, visit=tally, keep=_keep(step.index, timing)
-        )
-        load = load.model_copy(update={"issued": load.completed + load.failed + load.cancelled})
-        rate = tally.good / load.issue_s if load.issue_s else None
-        out.append(step.model_copy(update={"load": load, "goodput": rate}))
-    return out
+    """Every step with its figures and goodput, ``good`` saying which of its lines count:
+    one read of the journal for all the steps (:class:`StepTallies`)."""
+    tallies = StepTallies(steps, whole, counts, good)
+    if tallies.reads:
+        read_load(requests_path, [tallies.offer])
+    return tallies.figures(method)
+
+
+@dataclass
+class _StepSlot:
+    """One measured step's part of a read: its span, its tally, its good requests."""
+
+    timing: LoadTiming
+    lo: float
+    hi: float
+    tally: LoadTally
+    good: _GoodTally
+
+    def take(self, line: dict[str, Any]) -> None:
+        self.good(line)
+        self.tally.add(line)
+
+
+class StepTallies:
+    """Every step's tally for one read of the journal, and their figures after it
+    (:meth:`figures`). Each load line offered goes to the steps whose lines it is (the
+    module docstring's rule, :func:`step_lines`'s) by a look-up, not a call per step: a
+    scheduled line by its intended time (a bisect over the steps' spans, which do not
+    overlap as the runner writes them; a scan over them where they do), an unscheduled
+    one by its ``step`` stamp. A step costs a tally (:class:`LoadTally`: its latency
+    samples) for the length of the read."""
+
+    def __init__(
+        self,
+        steps: Sequence[LoadStep],
+        whole: LoadTiming,
+        counts: Sequence[StepCounts],
+        good: Callable[[dict[str, Any]], bool],
+        share: ItlShare | None = None,
+    ) -> None:
+        share = share if share is not None else ItlShare()
+        self.steps = list(steps)
+        self.slots: list[_StepSlot | None] = []
+        for step, c in zip(steps, counts, strict=True):
+            timing = step_timing(step, whole, c, last=step is steps[-1])
+            if timing is None:
+                self.slots.append(None)
+                continue
+            lo = timing.issue_start_s or 0.0  # as step_lines takes them
+            hi = timing.issue_end_s if timing.issue_end_s is not None else float("inf")
+            tally = LoadTally.for_timing(timing, share)
+            self.slots.append(_StepSlot(timing, lo, hi, tally, _GoodTally(good)))
+        live = [s for s in self.slots if s is not None]
+        self.by_index: dict[int, list[_StepSlot]] = {}
+        for step, slot in zip(self.steps, self.slots, strict=True):
+            if slot is not None:
+                self.by_index.setdefault(step.index, []).append(slot)
+        self.by_time = sorted(live, key=lambda s: (s.lo, s.hi))
+        self.bounds: list[float] | None = [s.lo - BOUNDARY_S for s in self.by_time]
+        if any(a.hi - BOUNDARY_S > b.lo - BOUNDARY_S for a, b in itertools.pairwise(self.by_time)):
+            self.bounds = None  # overlapping spans (not the runner's): every span is tried
+
+    @property
+    def reads(self) -> bool:
+        """Whether any step is measured (none: the journal need not be read for them)."""
+        return bool(self.by_time)
+
+    def offer(self, line: dict[str, Any]) -> None:
+        """Route one load line to the steps whose line it is."""
+        at = line.get("intended_s")
+        if at is not None:
+            at = float(at)
+            if self.bounds is None:
+                for slot in self.by_time:
+                    if in_span(at, slot.lo, slot.hi):
+                        slot.take(line)
+                return
+            i = bisect.bisect_right(self.bounds, at) - 1
+            if i >= 0 and at < (slot := self.by_time[i]).hi - BOUNDARY_S:
+                slot.take(line)  # in_span: the bisect holds its lower bound
+            return
+        try:
+            stamped = self.by_index.get(line.get("step", 0))
+        except TypeError:  # an unhashable stamp (a damaged line) is no step's index
+            return
+        if stamped:
+            sent = float(line["sent_s"])
+            for slot in stamped:
+                if sent >= slot.lo:
+                    slot.take(line)
+
+    def figures(self, method: PercentileMethod) -> list[LoadStep]:
+        """Every step with its figures and goodput (None for a step with no end)."""
+        out: list[LoadStep] = []
+        for step, slot in zip(self.steps, self.slots, strict=True):
+            if slot is None:
+                out.append(step.model_copy(update={"load": None, "goodput": None}))
+                continue
+            load = slot.tally.summary(slot.timing, method)
+            load = load.model_copy(update={"issued": slot.tally.lines})
+            rate = slot.good.good / load.issue_s if load.issue_s else None
+            out.append(step.model_copy(update={"load": load, "goodput": rate}))
+        return out
 
 
 class _GoodTally:
@@ -149,9 +241,12 @@ class _GoodTally:
             self.good += 1
 
 
-def _keep(index: int, timing: LoadTiming) -> Callable[[dict[str, Any]], bool]:
-    """The step's lines (see the module docstring): scheduled in its span, or stamped
-    ``index`` (no stamp: step 0) and sent after its settle."""
+def step_lines(index: int, timing: LoadTiming) -> Callable[[dict[str, Any]], bool]:
+    """The step's lines (see the module docstring) as a ``keep`` for
+    :func:`~soak.record.summary.summarize_load`, ``timing`` the step's own: scheduled in
+    its span, or stamped ``index`` (no stamp: step 0) and sent after its settle.
+    :class:`StepTallies` routes by this rule for all the steps at once (the tests hold
+    the two equal)."""
     lo = timing.issue_start_s or 0.0
     hi = timing.issue_end_s if timing.issue_end_s is not None else float("inf")
 

@@ -15,24 +15,24 @@ and ``turn``; ``loadgen.conversation``), so the runner's record, ``soaktop recov
 
 A turn's slice is measured over the load's own window (every turn is sent in it); what
 belongs to the load as a whole and not to one turn (backoffs, lost workers, start
-failures) is left at zero in the slices. One pass over the journal for the sessions,
-one per turn for the figures (``turns`` is at most ``soak.run.config_turns.MAX_TURNS``).
+failures) is left at zero in the slices. One read of the journal for the sessions and
+every turn (:class:`TurnTallies`; with the whole load and the other slices:
+:mod:`soak.judge.load_pass`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from loadgen.stats import PercentileMethod
-from soak.record.journal import read_jsonl
 from soak.record.models import LoadSummary, SessionFigures, TurnFigures
-from soak.record.summary import LoadTiming, summarize_load
+from soak.record.summary import ItlShare, KeyedTallies, LoadTally, LoadTiming, read_load
 
-__all__ = ["conversation_fields", "turn_figures"]
+__all__ = ["TurnTallies", "conversation_fields", "conversation_tallies", "turn_figures"]
 
 
 @dataclasses.dataclass
@@ -46,27 +46,92 @@ class _Sessions:
     last: dict[int, tuple[int, bool]] = dataclasses.field(default_factory=dict)
     """Session → (its last turn journaled, that turn ok), for sessions begun in the load."""
 
-
-def _read_sessions(requests_path: Path) -> _Sessions:
-    out = _Sessions()
-    last = out.last
-    for line in read_jsonl(requests_path):
+    def add(self, line: dict[str, Any]) -> None:
+        """One judged load line."""
         turn = line.get("turn")
-        if line.get("phase", "load") != "load" or not isinstance(turn, int):
-            continue
-        out.issued[turn] += 1
+        if not isinstance(turn, int):
+            return
+        self.issued[turn] += 1
         if line.get("answer_truncated"):
-            out.truncated[turn] += 1
+            self.truncated[turn] += 1
         session = line.get("session")
+        last = self.last
         if isinstance(session, int) and (turn == 1 or session in last):
             # A session's turns are sequential: its lines come in turn order.
             last[session] = (turn, bool(line.get("ok")))
-    return out
 
 
-def _of_turn(index: int) -> Callable[[dict[str, Any]], bool]:
-    """The journal lines of turn ``index``."""
-    return lambda line: line.get("turn") == index
+class TurnTallies:
+    """Every turn index's tally and the sessions, for one read of the journal (each load
+    line goes to its turn's tally by one look-up of ``turn``), and their figures after
+    it. A turn costs a tally (:class:`LoadTally`: its latency samples) for the length
+    of the read; the turns partition the load. ``whole`` is the timing the load is
+    measured over (the tallies need its issue window's end and whether it is an open
+    loop's); the slices' own timings come from the load's summary once it is known."""
+
+    def __init__(
+        self, whole: LoadTiming, turns: int, think_time_s: float, share: ItlShare | None = None
+    ) -> None:
+        self.turns = turns
+        self.think_time_s = think_time_s
+        self.sessions = _Sessions()
+        share = share if share is not None else ItlShare()
+        self.tallies = {i: LoadTally.for_timing(whole, share) for i in range(1, turns + 1)}
+        by_turn = KeyedTallies("turn", self.tallies).offer
+        add_session = self.sessions.add
+
+        def offer(line: dict[str, Any]) -> None:
+            add_session(line)
+            by_turn(line)
+
+        self.offer = offer
+
+    def figures(
+        self, load: LoadSummary, method: PercentileMethod
+    ) -> tuple[list[TurnFigures], SessionFigures]:
+        """Per-turn figures and the session counts (module doc), ``load`` the whole
+        load's summary (each turn's timing is its own slice of it)."""
+        seen, turns = self.sessions, self.turns
+        ended: Counter[int] = Counter()
+        completed = unfinished = 0
+        for last_turn, ok in seen.last.values():
+            if not ok:
+                ended[last_turn] += 1
+            elif last_turn >= turns:
+                completed += 1
+            else:
+                unfinished += 1
+        timing = LoadTiming.from_summary(load)
+        figures = []
+        for index in range(1, turns + 1):
+            sliced = dataclasses.replace(
+                timing, issued=seen.issued[index], backoffs=0, worker_errors={},
+                worker_start_failures={},
+            )  # fmt: skip
+            figures.append(
+                TurnFigures(
+                    index=index,
+                    sessions_ended=ended[index],
+                    history_truncated=seen.truncated[index],
+                    load=self.tallies[index].summary(sliced, method),
+                )
+            )
+        sessions = SessionFigures(
+            turns=turns,
+            think_time_s=self.think_time_s,
+            started=len(seen.last),
+            completed=completed,
+            ended_early=sum(ended.values()),
+            ended_early_by_turn={str(t): n for t, n in sorted(ended.items())},
+            unfinished=unfinished,
+            history_truncated=sum(seen.truncated.values()),
+        )
+        return figures, sessions
+
+    def fields(self, load: LoadSummary, method: PercentileMethod) -> dict[str, Any]:
+        """The record's ``turns`` and ``sessions`` (for ``RunRecord``)."""
+        figures, sessions = self.figures(load, method)
+        return {"turns": figures, "sessions": sessions}
 
 
 def turn_figures(
@@ -76,43 +141,23 @@ def turn_figures(
     turns: int,
     think_time_s: float,
 ) -> tuple[list[TurnFigures], SessionFigures]:
-    """Per-turn figures and the session counts of a conversation load (module doc)."""
-    seen = _read_sessions(requests_path)
-    ended: Counter[int] = Counter()
-    completed = unfinished = 0
-    for last_turn, ok in seen.last.values():
-        if not ok:
-            ended[last_turn] += 1
-        elif last_turn >= turns:
-            completed += 1
-        else:
-            unfinished += 1
-    timing = LoadTiming.from_summary(load)
-    figures = []
-    for index in range(1, turns + 1):
-        sliced = dataclasses.replace(
-            timing, issued=seen.issued[index], backoffs=0, worker_errors={},
-            worker_start_failures={},
-        )  # fmt: skip
-        figures.append(
-            TurnFigures(
-                index=index,
-                sessions_ended=ended[index],
-                history_truncated=seen.truncated[index],
-                load=summarize_load(requests_path, sliced, method, keep=_of_turn(index)),
-            )
-        )
-    sessions = SessionFigures(
-        turns=turns,
-        think_time_s=think_time_s,
-        started=len(seen.last),
-        completed=completed,
-        ended_early=sum(ended.values()),
-        ended_early_by_turn={str(t): n for t, n in sorted(ended.items())},
-        unfinished=unfinished,
-        history_truncated=sum(seen.truncated.values()),
-    )
-    return figures, sessions
+    """Per-turn figures and the session counts of a conversation load (module doc), from
+    one read of the journal."""
+    tallies = TurnTallies(LoadTiming.from_summary(load), turns, think_time_s)
+    read_load(requests_path, [tallies.offer])
+    return tallies.figures(load, method)
+
+
+def conversation_tallies(
+    config: Mapping[str, Any], whole: LoadTiming | None, share: ItlShare | None = None
+) -> TurnTallies | None:
+    """The tallies of a conversation load (``config`` is the run's ``config.json``:
+    ``turns`` > 1) measured over ``whole``; None for any other load (or none)."""
+    turns = config.get("turns")
+    if whole is None or not isinstance(turns, int) or turns < 2:
+        return None
+    think = config.get("think_time_s")
+    return TurnTallies(whole, turns, float(think) if think is not None else 0.0, share)
 
 
 def conversation_fields(
@@ -124,11 +169,10 @@ def conversation_fields(
     """The record's ``turns`` and ``sessions`` for a conversation load (``config`` is the
     run's ``config.json``: ``turns`` > 1), to pass to ``RunRecord``; empty otherwise, so
     a load of single requests writes neither key."""
-    turns = config.get("turns")
-    if load is None or not isinstance(turns, int) or turns < 2:
+    if load is None:
         return {}
-    think = config.get("think_time_s")
-    figures, sessions = turn_figures(
-        requests_path, load, method, turns, float(think) if think is not None else 0.0
-    )
-    return {"turns": figures, "sessions": sessions}
+    tallies = conversation_tallies(config, LoadTiming.from_summary(load))
+    if tallies is None:
+        return {}
+    read_load(requests_path, [tallies.offer])
+    return tallies.fields(load, method)

@@ -11,15 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.live import behind_health
 from loadgen.stats import PercentileMethod, percentile
 from probes.host import fd_soft_limit
 from soak.judge.config_caveats import config_caveats
 from soak.judge.facts import RunFacts
 from soak.judge.faults import gpu_fault_events
 from soak.judge.limits import limits_from_config
+from soak.judge.load_pass import LoadFigures, load_figures
 from soak.judge.reconcile import overall, reconcile, reconcile_gates
 from soak.judge.verdict import judge
-from soak.record.class_figures import class_figures, class_section, mix_classes
 from soak.record.endurance import Endurance, WindowFigures
 from soak.record.faults import faults_from_events, load_start
 from soak.record.journal import JsonlWriter, read_jsonl, release_reserve, sha256_file, storage_words
@@ -35,14 +36,12 @@ from soak.record.models import (
     write_record,
 )
 from soak.record.sections import Fault, Reconciliation
-from soak.record.step_figures import step_sections
-from soak.record.summary import LoadTiming, summarize_load, warmup_accounting
+from soak.record.step_figures import StepCounts
+from soak.record.summary import LoadTiming, warmup_accounting
 from soak.record.summary_csv import summary_csv
 from soak.record.telemetry import RecordTelemetry
-from soak.record.turn_figures import conversation_fields
 from soak.run.gate_session import gates_from_journal, probe_accounting
 from soak.run.identity import build_identity
-from soak.run.load_steps import record_steps
 from soak.run.snapshots import SnapshotTick
 from soak.run.state import RunParts
 from soak.run.timeline import WARMUP_OUTLASTED, judged_timeline, not_judged, timeline_inputs
@@ -81,6 +80,7 @@ def client_health(parts: RunParts) -> ClientHealth:
         cpu_over_limit_s=round(parts.watchers.host.cpu_streak.longest_s, 3),
         in_flight_short_s=round(parts.watchers.host.short_streak.longest_s, 3),
         in_flight_short_min=parts.watchers.host.short_min,
+        **behind_health(parts.live),
     )
 
 
@@ -145,13 +145,17 @@ def _reconciliation(parts: RunParts, load: LoadSummary | None) -> dict[str, Any]
 
 
 def gather_facts(
-    parts: RunParts, timing: LoadTiming | None, endurance: Endurance | None = None
+    parts: RunParts,
+    figures: LoadFigures | None,
+    ttft_by_worker: list[tuple[int, float]],
+    endurance: Endurance | None = None,
 ) -> RunFacts:
     """The run's facts, from the live run: the one place finalize reads the run's state,
     its watchers and its journals (recover and verify gather the same facts from the run
-    directory, :mod:`soak.after.journal_facts`)."""
+    directory, :mod:`soak.after.journal_facts`). ``figures`` are the load's and its
+    slices' (:func:`journal_figures`; None: no load ran)."""
     st, w, cfg = parts.state, parts.watchers, parts.state.config
-    load, ttft_by_worker = _load_summary(parts, timing)
+    load = figures.load if figures is not None else None
     gates, bad_lines = gates_from_journal(st.run_dir)
     events = read_jsonl(st.run_dir / "events.jsonl")  # unbuffered: every line is there
     return RunFacts(
@@ -177,13 +181,17 @@ def gather_facts(
         threshold_live=parts.threshold_watch.states,
         threshold_abort=st.threshold_abort,
         endurance=endurance,
+        steps=figures.steps if figures is not None else (),
+        classes=figures.classes if figures is not None else (),
     )
 
 
-def _load_summary(
+def journal_figures(
     parts: RunParts, timing: LoadTiming | None
-) -> tuple[LoadSummary | None, list[tuple[int, float]]]:
-    """The load summary from requests.jsonl, and each successful request's TTFT by worker."""
+) -> tuple[LoadFigures | None, list[tuple[int, float]]]:
+    """The load's figures and all its slices' (steps, a mix's classes, a conversation's
+    turns) from one read of requests.jsonl, and each successful request's TTFT by worker
+    (None and nothing: no load ran)."""
     ttft_by_worker: list[tuple[int, float]] = []
 
     def collect(line: dict[str, Any]) -> None:
@@ -192,9 +200,19 @@ def _load_summary(
 
     if timing is None:
         return None, ttft_by_worker
-    method = parts.state.config.percentile_method
-    path = parts.state.run_dir / "requests.jsonl"
-    return summarize_load(path, timing, method, visit=collect), ttft_by_worker
+    st = parts.state
+    steps = st.steps
+    counts = st.step_counts or [StepCounts() for _ in steps]
+    figures = load_figures(
+        st.run_dir / "requests.jsonl",
+        timing,
+        st.config.public_dict(),
+        st.config.percentile_method,
+        steps=steps,
+        counts=counts,
+        visit=collect,
+    )
+    return figures, ttft_by_worker
 
 
 def _telemetry(
@@ -243,13 +261,9 @@ def finalize_run(parts: RunParts, tick: SnapshotTick, timing: LoadTiming | None)
     st = parts.state
     st.enter("finalize", "computing the summary from the journal")
     windows, endurance = timeline(parts, tick, timing)
-    facts = gather_facts(parts, timing, endurance)
-    steps, sweep = record_steps(st, timing)  # each step's figures, a sweep's knee
-    facts.steps = steps
-    mix = mix_classes(st.config.public_dict())  # a mix's classes: each its own figures
-    facts.classes = class_figures(
-        st.run_dir / "requests.jsonl", timing, mix, st.config.percentile_method
-    )
+    # One read of requests.jsonl: the load, each step (a sweep's knee), class and turn.
+    figures, ttft_by_worker = journal_figures(parts, timing)
+    facts = gather_facts(parts, figures, ttft_by_worker, endurance)
     verdict = judge(facts)
     status = verdict.status
     st.enter("done", f"verdict {status.value}")
@@ -291,11 +305,7 @@ def finalize_run(parts: RunParts, tick: SnapshotTick, timing: LoadTiming | None)
         started_at=st.started_at,
         ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         files=run_files(st.run_dir),
-        **step_sections(steps, sweep),  # absent for a load without steps
-        **class_section(facts.classes),  # a mix's only
-        **conversation_fields(
-            st.run_dir / "requests.jsonl", config, facts.load, st.config.percentile_method
-        ),
+        **(figures.sections() if figures is not None else {}),  # each only if the load has it
     )
     # The last pass over everything the record gathered (a reason quoting a server's words).
     return write_final(st.run_dir, st.redactor.model(record))

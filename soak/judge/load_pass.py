@@ -1,0 +1,104 @@
+"""The record's load figures and every slice of them, from one read of ``requests.jsonl``.
+
+The whole load (:func:`soak.record.summary.summarize_load`), each step with its goodput
+and the sweep's knee (:func:`soak.judge.goodput.measured_steps`), each workload class of
+a mix (:func:`soak.record.class_figures.class_figures`) and each turn of a conversation
+load with its sessions (:func:`soak.record.turn_figures.conversation_fields`): the same
+figures those compute one read each, here from a single read — a 24-hour soak's journal
+is millions of lines, and a live exploration has tens of steps, a conversation up to 32
+turns. finalize, ``verify`` and ``recover`` all take this path.
+
+Each line is parsed once and offered to the whole load's tally and to each family of
+slices, which routes it to its slice by a look-up (a step's span or stamp, a class name,
+a turn index). Memory: the whole load's tally and every slice's are held until the read
+ends — each slice family partitions the load, so each holds about one more list slot per
+latency sample of the load (the floats themselves, and the inter-token gap arrays, are
+shared between the tallies: :class:`~soak.record.summary.ItlShare`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadgen.stats import PercentileMethod
+from soak.judge.goodput import good_line, sweep_of
+from soak.record.class_figures import ClassTallies, class_section, mix_classes
+from soak.record.models import LoadStep, LoadSummary, SweepResult, WorkloadClassFigures
+from soak.record.step_figures import StepCounts, StepTallies, step_sections
+from soak.record.summary import ItlShare, LineOffer, LoadTally, LoadTiming, read_load
+from soak.record.turn_figures import conversation_tallies
+
+
+@dataclass
+class LoadFigures:
+    """What the one read yields: the whole load and its slices, as the record holds them."""
+
+    load: LoadSummary
+    steps: list[LoadStep] = field(default_factory=list)
+    """Every step with its figures (empty: a load without steps)."""
+    sweep: SweepResult | None = None
+    classes: list[WorkloadClassFigures] = field(default_factory=list)
+    """A mix's classes (empty: a load without one)."""
+    conversation: dict[str, Any] = field(default_factory=dict)
+    """The record's ``turns`` and ``sessions`` (empty: not a conversation load)."""
+
+    def sections(self) -> dict[str, Any]:
+        """The record's slices of the load, for ``RunRecord``, each only where the load
+        has it: ``steps`` and ``sweep``, a mix's ``classes``, a conversation's ``turns``
+        and ``sessions`` (a load with none writes none of these keys)."""
+        return {
+            **step_sections(self.steps, self.sweep),
+            **class_section(self.classes),
+            **self.conversation,
+        }
+
+
+def load_figures(
+    requests_path: Path,
+    timing: LoadTiming,
+    config: Mapping[str, Any],
+    method: PercentileMethod,
+    steps: Sequence[LoadStep] = (),
+    counts: Sequence[StepCounts] = (),
+    visit: LineOffer | None = None,
+    turns_of: LoadSummary | None = None,
+) -> LoadFigures:
+    """The whole load over ``timing`` (``visit`` sees each of its lines, as
+    :func:`summarize_load`'s does), ``steps`` measured with ``counts`` under the config's
+    ``slo``, the config's mix classes and conversation turns — all from one read.
+
+    ``turns_of`` is the load summary whose timing the turns take (``verify`` checks the
+    record's turns against the record's load, as it always has); by default, the load
+    this read computes."""
+    share = ItlShare()
+    whole = LoadTally.for_timing(timing, share)
+    offers: list[LineOffer] = [] if visit is None else [visit]
+    offers.append(whole.add)
+    step_tallies = StepTallies(steps, timing, counts, good_line(config), share) if steps else None
+    if step_tallies is not None and step_tallies.reads:
+        offers.append(step_tallies.offer)
+    mix = mix_classes(config)
+    class_tallies = ClassTallies(timing, mix, share) if mix else None
+    if class_tallies is not None:
+        offers.append(class_tallies.offer)
+    turns_timing = timing if turns_of is None else LoadTiming.from_summary(turns_of)
+    turn_tallies = conversation_tallies(config, turns_timing, share)
+    if turn_tallies is not None:
+        offers.append(turn_tallies.offer)
+    read_load(requests_path, offers)
+    load = whole.summary(timing, method)
+    done = step_tallies.figures(method) if step_tallies is not None else []
+    return LoadFigures(
+        load=load,
+        steps=done,
+        sweep=sweep_of(done, config) if step_tallies is not None else None,
+        classes=class_tallies.figures(method) if class_tallies is not None else [],
+        conversation=(
+            turn_tallies.fields(load if turns_of is None else turns_of, method)
+            if turn_tallies is not None
+            else {}
+        ),
+    )
