@@ -54,6 +54,7 @@ from loadgen.tool_call_text import MAX_CALLS, TOOL_CALLS_MAX_BYTES, ToolCall, To
 __all__ = ["AnswerContract", "ContractError", "parse_strict"]
 
 _REASON_MAX: Final = 240
+_TOO_DEEP: Final = "arrays or objects nested too deeply to check"
 ERRORS_KEPT: Final = 16
 """Schema violations collected per answer before the first (by path) is reported."""
 ContractKind = Literal["json_schema", "json_object", "tool_call"]
@@ -93,6 +94,10 @@ def parse_strict(text: str) -> Any:
         )
     except _StrictJSONError:
         raise
+    except RecursionError:
+        # Thousands of nested brackets fit in a few KB: the server's answer, not a bug in
+        # soaktop (uncaught, the client would journal it as its own failure).
+        raise _StrictJSONError(_TOO_DEEP) from None
     except json.JSONDecodeError as e:
         near = text[max(0, e.pos - 20) : e.pos + 20]
         what = e.msg.removesuffix(" at")
@@ -121,7 +126,10 @@ def _schema_problem(validator: Any, value: Any) -> str | None:
     """The first violation (by path) of ``value``, in the gates' words; None: valid."""
     # At most ERRORS_KEPT: an answer with thousands of violations must not cost the
     # measuring loop a list of them all (one is enough to fail it).
-    found = itertools.islice(validator.iter_errors(value), ERRORS_KEPT)
+    try:
+        found = list(itertools.islice(validator.iter_errors(value), ERRORS_KEPT))
+    except RecursionError:  # a recursive schema walking a deep value: still the answer's
+        return f"{_TOO_DEEP} against the schema"
     errors = sorted(found, key=lambda e: list(e.absolute_path))
     if not errors:
         return None

@@ -262,3 +262,42 @@ def test_a_tool_whose_parameters_are_no_schema_is_refused_naming_it(tmp_path: Pa
     )
     with pytest.raises(ValueError, match=r"class 't': tools = .*tool lookup: parameters: not a"):
         read_mix(mix)
+
+
+def test_arguments_nested_past_the_parsers_depth_are_a_contract_failure_not_soaktops() -> None:
+    # 20 000 nested arrays fit in 40 KB: json.loads raises RecursionError, which the
+    # client would report as its own failure ("client: RecursionError") — the server's
+    # answer must be what fails, as a contract_error that says why.
+    deep = "[" * 20_000 + "]" * 20_000
+    parser = _parse(_stream(_head(0, "get_time"), *(_args(0, p) for p in _pieces(deep, 40))))
+    assert _check(parser) == (
+        "tool call 0 get_time: arguments not strict JSON: arrays or objects nested too "
+        "deeply to check"
+    )
+    content = AnswerContract.json_object()
+    text = _parse(_stream(_event({"content": '{"a": ' + "[" * 20_000})))
+    assert content.check(text.text, "stop") == (
+        "not strict JSON: arrays or objects nested too deeply to check"
+    )
+
+
+def test_a_value_too_deep_for_the_validator_is_a_contract_failure() -> None:
+    # a recursive schema walks the value level by level: 900 levels parse, but validating
+    # them would exceed Python's recursion limit inside jsonschema
+    tree = {
+        "type": "function",
+        "function": {
+            "name": "tree",
+            "parameters": {
+                "type": "object",
+                "properties": {"kids": {"$ref": "#/$defs/node"}},
+                "$defs": {"node": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+            },
+        },
+    }
+    deep = '{"kids": ' + "[" * 900 + "]" * 900 + "}"
+    parser = _parse(_stream(_head(0, "tree"), _args(0, deep)))
+    contract = AnswerContract.tool_call([tree], "required")
+    assert _check(parser, contract) == (
+        "tool call 0 tree: arrays or objects nested too deeply to check against the schema"
+    )
