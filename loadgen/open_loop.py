@@ -51,13 +51,13 @@ from loadgen.workers import LoadGenerator, LoadPlan, LoadState, StreamingClient
 WARM_CONNECTIONS_MAX = 64
 """Connections warmed behind the barrier (at most ``max_in_flight``): enough that the first
 second of a high rate does not all wait on TCP handshakes, few enough to start at once."""
-_LATE_TOLERANCE_NS = 200_000
+LATE_TOLERANCE_NS = 200_000
 """A timer that fires this close before its intended time counts as on time: uvloop's timers
 run on a millisecond loop clock, and a top-up sleep for less would only add lateness."""
-_SLICE_NS = 250_000_000
+SLICE_NS = 250_000_000
 """The longest single sleep: a stop or a pause at a low rate is seen within it even where
 nothing pokes the scheduler."""
-_NEVER = 1 << 62
+NEVER_NS = 1 << 62
 """An intended time that never comes (the curve's rate is 0 from here on), in ns."""
 _SKIP = -1
 """``_wait_for``'s answer for an arrival whose time fell inside a pause."""
@@ -238,7 +238,7 @@ class OpenLoopGenerator(LoadGenerator):
 
     def _intended_ns(self, start_ns: int, offset: float) -> int:
         at = offset if self.curve is None else self.curve.time_of(offset)
-        return _NEVER if at == math.inf else start_ns + int(at * 1e9)
+        return NEVER_NS if at == math.inf else start_ns + int(at * 1e9)
 
     # -- the scheduler -----------------------------------------------------------------------
 
@@ -285,13 +285,13 @@ class OpenLoopGenerator(LoadGenerator):
         assert self.state.barrier_released_ns is not None
         start_ns = self.state.barrier_released_ns
         window_s = self.plan.duration_s
-        end_ns = _NEVER if window_s is None else start_ns + int(window_s * 1e9)
+        end_ns = NEVER_NS if window_s is None else start_ns + int(window_s * 1e9)
         clock, issuing, stop = self._clock_ns, self._issuing, self._stop
         for arrival, offset in enumerate(self._offsets):
             intended_ns = self._intended_ns(start_ns, offset)
             if (
                 intended_ns >= end_ns
-                or intended_ns - clock() > _LATE_TOLERANCE_NS
+                or intended_ns - clock() > LATE_TOLERANCE_NS
                 or intended_ns < self._resumed_ns
                 or not issuing.is_set()
                 or stop.is_set()
@@ -345,8 +345,8 @@ class OpenLoopGenerator(LoadGenerator):
         """Wait for an arrival's time: its intended ns, :data:`_SKIP` (its time fell in a
         pause) or :data:`_STOP`. The time is worked out again after each :meth:`set_rate`;
         sleeps are cut short by set_rate, pause and stop, and last at most
-        :data:`_SLICE_NS`; one that ends early (uvloop's millisecond timers) is topped up
-        until the time is within :data:`_LATE_TOLERANCE_NS`."""
+        :data:`SLICE_NS`; one that ends early (uvloop's millisecond timers) is topped up
+        until the time is within :data:`LATE_TOLERANCE_NS`."""
         changes = self._curve_changes
         intended_ns = self._intended_ns(start_ns, offset)
         while True:
@@ -362,16 +362,16 @@ class OpenLoopGenerator(LoadGenerator):
             if intended_ns >= end_ns:
                 if self.curve is None:
                     return _STOP  # a fixed schedule past the window: nothing more to send
-                left_ns = _SLICE_NS  # not in this window unless the rate changes
+                left_ns = SLICE_NS  # not in this window unless the rate changes
             else:
                 left_ns = intended_ns - self._clock_ns()
-                if left_ns <= _LATE_TOLERANCE_NS:
+                if left_ns <= LATE_TOLERANCE_NS:
                     return intended_ns
             # Half a millisecond past the time: uvloop's timers round to its millisecond
             # clock, and a sleep that wakes early would be followed by sub-millisecond
             # ones that fire at once — a spin of loop iterations per request. Sending
             # ~0.5 ms late on purpose costs nothing measurable (the bound is 50 ms).
-            await self._sleep(min(left_ns, _SLICE_NS) / 1e9 + 0.0005)
+            await self._sleep(min(left_ns, SLICE_NS) / 1e9 + 0.0005)
 
     async def _sleep(self, delay_s: float) -> None:
         loop = asyncio.get_running_loop()

@@ -9,14 +9,23 @@ with the assistant's actual answers, as on the closed loop):
 - **Turn i + 1 is due at turn i's end + think time**, and that instant is its
   ``intended_ns``: its lateness (sent − intended) and its latency from the intended send
   measure whatever held it (a busy client, the cap), exactly as an arrival's do.
-- One scheduler sends both, earliest intended time first (due turns wait in a heap; a
-  tie goes to the turn, whose user was there first). ``max_in_flight`` holds both alike:
-  a turn that finds the cap full waits for a slot, counted in ``held_by_cap``.
+- One scheduler sends both, each at its intended time (due turns wait in a heap).
+  **A turn already due goes before an arrival due**, however much older the arrival:
+  its user is in a conversation, there first. That only decides anything when both
+  wait — at the cap (``max_in_flight`` holds both alike: whichever finds it full waits
+  for a slot, counted in ``held_by_cap``). Earliest-intended-first would hand every slot
+  of an overloaded run to the arrivals' backlog (always older than a turn just due): no
+  session would reach turn 2, and every one begun would hold its history until the
+  run's end, memory without bound over hours. This way sessions finish, live sessions
+  stay those in flight or thinking, and the overload shows as the arrivals' lateness
+  (the schedule is lazy: a backlog of it costs nothing).
 - **Pause**: an arrival due in a pause is skipped, as in the plain open loop (the operator
   withheld it). A turn due in a pause is not dropped — its session would end for the
   operator's sake — but sent at the resume *with its intended time moved to the resume*:
   the pause is the operator's, recorded, not the client's lateness (kept, one pause would
-  read as a client late by the pause's length and void the run's rate figures).
+  read as a client late by the pause's length and void the run's rate figures). A turn
+  due before a pause and still held at the cap when it began keeps the lateness it had,
+  not the pause's length: its intended time moves by the pause.
 - **Stop**: no turn is sent once the issue window has ended (or stop was asked); a session
   whose next turn was not sent by then is unfinished, as on the closed loop. A failed turn
   ends its session (there is no answer to build on), counted in ``sessions_ended_early``.
@@ -44,9 +53,9 @@ from loadgen.arrivals import RateCurve
 from loadgen.conversation import ConversationState, HistoryBuilder, Session, take_answer
 from loadgen.envelope import RequestResult
 from loadgen.open_loop import (
-    _LATE_TOLERANCE_NS,
-    _NEVER,
-    _SLICE_NS,
+    LATE_TOLERANCE_NS,
+    NEVER_NS,
+    SLICE_NS,
     OpenLoopGenerator,
     OpenLoopState,
 )
@@ -104,7 +113,7 @@ class OpenLoopSessionGenerator(OpenLoopGenerator):
         """Sessions begun and not ended, by number (a turn in flight, or one due)."""
         self._due: list[tuple[int, int, Session]] = []
         """Next turns by due time (``(intended_ns, session number, session)``, a heap)."""
-        self._nap_until_ns = _NEVER
+        self._nap_until_ns = NEVER_NS
         """When the scheduler's sleep ends (never while it is not sleeping): a turn due
         sooner cuts the sleep short."""
 
@@ -115,7 +124,7 @@ class OpenLoopSessionGenerator(OpenLoopGenerator):
         assert self.state.barrier_released_ns is not None
         start_ns = self.state.barrier_released_ns
         window_s = self.plan.duration_s
-        end_ns = _NEVER if window_s is None else start_ns + int(window_s * 1e9)
+        end_ns = NEVER_NS if window_s is None else start_ns + int(window_s * 1e9)
         clock, issuing, stop, due, gs = (
             self._clock_ns,
             self._issuing,
@@ -125,14 +134,14 @@ class OpenLoopSessionGenerator(OpenLoopGenerator):
         )
         schedule = enumerate(self._offsets)
         head = next(schedule, None)
-        arrival_ns, timed = _NEVER, -1  # head's intended time, under curve change `timed`
+        arrival_ns, timed = NEVER_NS, -1  # head's intended time, under curve change `timed`
         held: object = None  # what waits at the cap now (counted once in held_by_cap)
         while not stop.is_set():
             if not issuing.is_set():
                 await self._wait_while_paused()  # resume() marks _resumed_ns
                 continue
             if head is None:
-                arrival_ns = _NEVER
+                arrival_ns = NEVER_NS
             elif timed != self._curve_changes:  # a new head, or set_rate re-timed it
                 timed = self._curve_changes
                 arrival_ns = self._intended_ns(start_ns, head[1])
@@ -140,17 +149,19 @@ class OpenLoopSessionGenerator(OpenLoopGenerator):
                 self._skipped(arrival_ns)
                 head, timed = next(schedule, None), -1
                 continue
-            turn_ns = due[0][0] if due else _NEVER
+            turn_ns = due[0][0] if due else NEVER_NS
             at = min(arrival_ns, turn_ns)
             if at >= end_ns:  # nothing more to send in this window (unless the rate changes)
                 if head is None and not due and not self._requests:
                     return  # a finite schedule whose every session has ended
-                await self._nap_for(_SLICE_NS)
+                await self._nap_for(SLICE_NS)
                 continue
-            if (left_ns := at - clock()) > _LATE_TOLERANCE_NS:
+            now = clock()
+            if (left_ns := at - now) > LATE_TOLERANCE_NS:
                 await self._nap_for(left_ns)
                 continue
-            turn_first = turn_ns <= arrival_ns
+            # A due turn before a due arrival, however old (module doc: overload).
+            turn_first = turn_ns <= arrival_ns or turn_ns - now <= LATE_TOLERANCE_NS
             if len(self._requests) >= self.max_in_flight:
                 waiting = due[0][2] if turn_first else head
                 if waiting is not held:
@@ -173,22 +184,26 @@ class OpenLoopSessionGenerator(OpenLoopGenerator):
                 head, timed = next(schedule, None), -1
 
     def _after_pause(self, intended_ns: int) -> int:
-        """A turn due during the last pause goes out at the resume, due then (module
-        doc); any other keeps its time, and its lateness (a cap's hold included)."""
-        pauses = self.state.pauses
-        if intended_ns < self._resumed_ns and pauses and intended_ns >= pauses[-1][0]:
-            return self._resumed_ns
-        return intended_ns
+        """A turn's intended time, moved past the pauses it waited through (module doc):
+        one due in a pause is due at its resume; one due before (held at the cap) moves by
+        the pause's length, keeping the lateness it had. Pauses are few: a short walk
+        back from the last."""
+        shift = 0
+        for paused_ns, resumed_ns in reversed(self.state.pauses):
+            if resumed_ns is None or resumed_ns <= intended_ns:
+                break
+            shift += resumed_ns - max(paused_ns, intended_ns)
+        return intended_ns + shift
 
     async def _nap_for(self, left_ns: int) -> None:
         """Sleep ``left_ns`` (at most a slice); cut short by set_rate, pause, stop, and a
         turn due sooner. Half a millisecond past the time, as ``_wait_for`` does."""
-        left_ns = min(left_ns, _SLICE_NS)
+        left_ns = min(left_ns, SLICE_NS)
         self._nap_until_ns = self._clock_ns() + left_ns
         try:
             await self._sleep(left_ns / 1e9 + 0.0005)
         finally:
-            self._nap_until_ns = _NEVER
+            self._nap_until_ns = NEVER_NS
 
     async def _slot(self) -> None:
         """Wait until a request in flight ends (the scheduler is the only sender)."""

@@ -175,3 +175,51 @@ async def test_a_turn_due_in_a_pause_goes_out_at_the_resume_due_then(tmp_path: P
     assert at_resume, [(r.turn, r.intended_ns, r.sent_ns) for r in results]
     assert all(0 <= r.sent_ns - resumed < 20_000_000 for r in at_resume)
     assert gs.skipped_paused >= 1  # the arrival due in the pause was withheld, as ever
+
+
+async def test_under_overload_a_due_turn_goes_before_new_arrivals_so_sessions_finish(
+    tmp_path: Path,
+) -> None:
+    # One slot, answers of ~200 ms: 5 requests/s served against 20 sessions/s offered.
+    # Earliest-intended-first sent only the arrivals' backlog (always older than any turn
+    # due): no session ever reached turn 2, and every session begun held its history in
+    # memory until the run's end — without bound over an hour of overload.
+    async with engine(tmp_path) as base:
+        gen, results = await _run(
+            base, rate=20, turns=2, think_s=0.0, duration_s=2.0, cap=1, max_tokens=100
+        )
+    gs = gen.state
+    assert all(r.ok for r in results), [r.failure_detail for r in results]
+    firsts = sum(r.turn == 1 for r in results)
+    seconds = sum(r.turn == 2 for r in results)
+    assert firsts >= 3 and seconds >= firsts - 1, (firsts, seconds)
+    assert gs.sessions_completed >= firsts - 1
+    # what overload costs is the arrivals' lateness (the schedule waits; it holds nothing)
+    late = [r.sent_ns - (r.intended_ns or 0) for r in results if r.turn == 1]
+    assert max(late) > 500_000_000
+
+
+async def test_a_turn_held_at_the_cap_through_a_pause_is_not_late_by_the_pause(
+    tmp_path: Path,
+) -> None:
+    # One slot, answers of ~300 ms, a session every 300 ms, 50 ms of thought: session 0's
+    # turn 2 falls due at ~0.35 s while session 1's turn 1 holds the slot; the pause (from
+    # ~0.45 s, 0.3 s long) comes before the slot frees, so the turn goes out at the resume.
+    async with engine(tmp_path) as base:
+        gen, results = await _run(
+            base, rate=1 / 0.3, turns=2, think_s=0.05, duration_s=1.5, cap=1,
+            max_tokens=150, during=0.45,
+        )  # fmt: skip
+    gs = gen.state
+    [(paused, resumed)] = [(a, b or 0) for a, b in gs.pauses]
+    held = []
+    for turns in _sessions(results).values():
+        for prev, nxt in itertools.pairwise(turns):
+            due = (prev.end_ns or 0) + 50_000_000
+            if due < paused and nxt.sent_ns >= resumed:
+                held.append((due, nxt))
+    assert held, [(r.session, r.turn, r.intended_ns, r.sent_ns) for r in results]
+    for due, r in held:
+        # its hold before the pause stays its lateness; the pause's length does not
+        assert r.intended_ns == due + (resumed - paused)
+        assert r.sent_ns - (r.intended_ns or 0) < 200_000_000
