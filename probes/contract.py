@@ -42,6 +42,11 @@ def _shorten(text: str, limit: int = _MAX_REASON) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+TOO_DEEP = "arrays or objects nested too deeply to check"
+"""Why an answer nested past Python's recursion limit fails: a contract failure of the
+server's answer (the words of ``loadgen.answer_contract``), never a crash of the probe."""
+
+
 def parse_strict(text: str) -> Any:
     """Parse ``text`` as strict JSON; raise :class:`StrictJSONError` saying why not."""
     try:
@@ -51,6 +56,8 @@ def parse_strict(text: str) -> Any:
         )
     except StrictJSONError:
         raise
+    except RecursionError:  # ~1,000 nested levels: the server's answer, not soaktop's bug
+        raise StrictJSONError(TOO_DEEP) from None
     except json.JSONDecodeError as e:
         near = text[max(0, e.pos - 20) : e.pos + 20]
         what = e.msg.removesuffix(" at")  # "Unterminated string starting at" + our "at char"
@@ -67,7 +74,10 @@ def check_schema(value: Any, schema: dict[str, Any]) -> str | None:
     except SchemaError as e:
         return f"the probe's own schema is invalid: {e.message}"
     validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
-    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    try:
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    except RecursionError:  # a recursive schema walking a hostile, deeply nested value
+        return f"{TOO_DEEP} against the schema"
     if not errors:
         return None
     first = errors[0]

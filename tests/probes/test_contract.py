@@ -467,3 +467,19 @@ def test_reasoning_deltas_are_kept_apart_from_content() -> None:
 def test_event_of_the_wrong_shape_is_malformed_not_a_crash(event: dict[str, Any]) -> None:
     asm = parse_sse_events(sse(event))
     assert asm.malformed is not None
+
+
+def test_an_answer_nested_past_the_parsers_depth_is_a_contract_failure_not_a_crash() -> None:
+    """2 KB of ``[`` is ~1,000 levels: json.loads raises RecursionError, which escaped the
+    gate's parse as soaktop's own crash instead of the server's broken answer."""
+    from probes.contract import TOO_DEEP, StrictJSONError, check_schema, parse_strict
+
+    deep = "[" * 5000 + "]" * 5000
+    with pytest.raises(StrictJSONError, match="nested too deeply"):
+        parse_strict(deep)
+    nested: object = 1
+    for _ in range(5000):  # a value a recursive schema walks as deep as it goes
+        nested = {"a": nested}
+    node = {"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}}
+    schema = {"$defs": {"n": {"anyOf": [{"type": "integer"}, node]}}, "$ref": "#/$defs/n"}
+    assert check_schema(nested, schema) == f"{TOO_DEEP} against the schema"
