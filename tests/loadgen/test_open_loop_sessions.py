@@ -108,7 +108,7 @@ async def test_sessions_start_at_the_arrivals_and_each_turn_is_due_after_the_las
         assert [r.turn for r in turns] == list(range(1, len(turns) + 1))
         for prev, nxt in itertools.pairwise(turns):
             assert nxt.intended_ns == (prev.end_ns or 0) + 100_000_000
-            assert 0 <= nxt.sent_ns - nxt.intended_ns < 20_000_000  # on time: nothing held it
+            assert 0 <= nxt.sent_ns - nxt.intended_ns < 50_000_000  # on time: nothing held it
             followups += 1
     assert followups >= 8 and len(results) == gs.issued == len(by) + followups
     # Nothing due after the window is sent: the late sessions are left unfinished.
@@ -173,7 +173,7 @@ async def test_a_turn_due_in_a_pause_goes_out_at_the_resume_due_then(tmp_path: P
     # operator's pause is not the client's lateness.
     at_resume = [r for r in results if r.turn == 2 and r.intended_ns == resumed]
     assert at_resume, [(r.turn, r.intended_ns, r.sent_ns) for r in results]
-    assert all(0 <= r.sent_ns - resumed < 20_000_000 for r in at_resume)
+    assert all(0 <= r.sent_ns - resumed < 50_000_000 for r in at_resume)
     assert gs.skipped_paused >= 1  # the arrival due in the pause was withheld, as ever
 
 
