@@ -6,6 +6,7 @@ says about the journal, so anyone can recompute them from the files in the run d
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.outcome import usage_disagrees
-from loadgen.stats import PercentileMethod, summarize
+from loadgen.stats import LatencyStats, PercentileMethod, percentile, summarize
 from soak.record.journal import read_jsonl
 from soak.record.models import LoadSummary
 
@@ -151,9 +152,11 @@ def summarize_slices(
     :mod:`soak.record.step_figures`): with tens of slices, calling every ``keep`` costs
     more than the tallies (``bench/finalize_cost.py``).
 
-    Memory: a slice holds its own latency samples (a list slot per sample, the floats of
-    the line shared) and a reference per request to the gaps array, which every tally of
-    the read shares (:class:`ItlShare`): the gaps are held once, however many slices."""
+    Memory: a slice holds its own latency samples, 8 bytes each in a typed array (about
+    40 bytes a completed request: ttft, e2e, tpot, ttfb, first content; 24 more in an
+    open loop), and 4 bytes a request with gaps for where its gaps lie; the gaps
+    themselves are held once for every tally of the read (:class:`ItlShare`: 4 bytes a
+    gap, 8 a line), however many slices."""
     share = ItlShare()
     whole = LoadTally.for_timing(whole_timing, share)
     tallies = [LoadTally.for_timing(s.timing, share) for s in slices]
@@ -177,23 +180,86 @@ def summarize_slices(
 
 
 class ItlShare:
-    """The inter-token gaps of the line being offered, in seconds, converted once for
-    every tally of one read: a line's gaps are the costliest part of a tally (an array
-    per request), and the tallies of the whole load and of its slices then hold the same
-    array, not a copy each. Arrays are never written to once made (only concatenated)."""
+    """The inter-token gaps of every line of one read, held once for all its tallies: the
+    gaps are by far the most numerous samples (one per token), so the whole load's tally
+    and its slices' each keep only an index per line into this one buffer
+    (:meth:`of`), and each tally's gaps are taken from it when its summary is made
+    (:meth:`seconds`).
 
-    __slots__ = ("gaps_s", "line")
+    Stored as the journal has them, whole microseconds in a C ``int`` (4 bytes a gap),
+    converted to seconds once at the end, vectorised: the same float64 division the
+    figures always took, so the same values. A gap the ``int`` cannot hold (over ~35
+    minutes) or one not a whole number widens the buffer to float64 for the rest of the
+    read, exact still, so no gap is ever clipped or rounded."""
+
+    __slots__ = ("gaps_us", "line", "starts")
 
     def __init__(self) -> None:
         self.line: dict[str, Any] | None = None
-        self.gaps_s: np.ndarray = np.empty(0)
+        self.gaps_us: array[Any] = array("i")
+        """Every gap of the read, µs, line after line."""
+        self.starts: array[int] = array("q")
+        """Where each line's gaps begin in ``gaps_us`` (a line ends where the next one
+        begins)."""
 
-    def of(self, line: dict[str, Any], gaps: list[int]) -> np.ndarray:
-        """The gaps of ``line`` in seconds (made on the first tally's call)."""
+    def of(self, line: dict[str, Any], gaps: list[int]) -> int:
+        """The index of ``line``'s gaps in this share (stored on the first tally's call:
+        ``fromlist``, at C speed, and all or nothing)."""
         if line is not self.line:  # the last line is held: an identity cannot be reused
             self.line = line
-            self.gaps_s = np.asarray(gaps, dtype=np.float64) / 1e6
-        return self.gaps_s
+            buf = self.gaps_us
+            self.starts.append(len(buf))
+            try:
+                buf.fromlist(gaps)
+            except (OverflowError, TypeError):  # past a C int, or not a whole number
+                if buf.typecode == "d":
+                    raise
+                self.gaps_us = buf = array("d", buf)
+                buf.fromlist(gaps)
+        return len(self.starts) - 1
+
+    def seconds(self, lines: array[int]) -> np.ndarray:
+        """The gaps of the lines at ``lines`` (indices from :meth:`of`, each once, as a
+        tally takes a line once), in seconds: a new float64 array, the caller's own."""
+        buf = self.gaps_us
+        gaps = np.frombuffer(buf, dtype=np.intc if buf.typecode == "i" else np.float64)
+        if len(lines) < len(self.starts):
+            # A slice's lines: mark each one's first gap +1 and the gap after its last −1;
+            # the running sum is then 1 on exactly its gaps (1 byte a gap, not an index).
+            starts = np.frombuffer(self.starts, dtype=np.int64)
+            ends = np.append(starts[1:], gaps.size)
+            taken = np.frombuffer(lines, dtype=np.uintc)
+            marks = np.zeros(gaps.size + 1, dtype=np.int8)
+            marks[starts[taken]] = 1
+            marks[ends[taken]] -= 1
+            gaps = gaps[np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)]
+        seconds = gaps.astype(np.float64)  # a copy always: the share's buffer stays as is
+        seconds /= 1e6
+        return seconds
+
+
+def stats_of_owned(values: np.ndarray, method: PercentileMethod) -> LatencyStats:
+    """:func:`loadgen.stats.summarize` of an array the caller owns and gives up, sorted in
+    place: the same figures without summarize's sorted copy, which for the gaps (one per
+    token of the load) would double the read's peak memory at its end."""
+    if values.size == 0:
+        return summarize(values, method)
+    values.sort()
+    p50, p90, p99 = (percentile(values, q, method) for q in (50.0, 90.0, 99.0))
+    return LatencyStats(
+        p50=p50,
+        p90=p90,
+        p99=p99,
+        max=float(values[-1]),
+        mean=float(values.mean()),
+        method=method,
+        n=int(values.size),
+    )
+
+
+def _samples(values: array[float]) -> np.ndarray:
+    """A tally's samples as an array (a view: no copy until summarize sorts them)."""
+    return np.frombuffer(values, dtype=np.float64)
 
 
 class KeyedTallies:
@@ -223,11 +289,14 @@ class LoadTally:
     """What the load lines offered to it add up to, one line at a time (:meth:`add`), and
     the load summary they make with a timing (:meth:`summary`). :meth:`add` runs once a
     request (millions in a long soak) for the whole load and again for each slice the
-    request is in, so it is kept lean: each field read once, no per-line allocation but
-    the samples, counters in slots (as fast as the locals of the one-pass loop this
-    replaced: 3.5 µs a line against its 4.7, the lat-dict loop unrolled), and a line's
-    gaps converted once for all the tallies of a read (:class:`ItlShare`: 2 µs a line,
-    the costliest step)."""
+    request is in, so it is kept lean: each field read once, no per-line allocation,
+    counters in slots (as fast as the locals of the one-pass loop this replaced: 3.5 µs
+    a line against its 4.7, the lat-dict loop unrolled), and a line's gaps stored once
+    for all the tallies of a read (:class:`ItlShare`, the costliest step).
+
+    Samples go to typed arrays, 8 bytes a value (a list of floats costs 32: the slot and
+    the float object), so a 24-hour soak's millions of requests fit in memory with their
+    exact values (DESIGN.md §5)."""
 
     issue_end_s: float | None
     """The issue window's end: what ``window_tokens`` counts up to."""
@@ -255,14 +324,14 @@ class LoadTally:
     """Completed responses per sanity flag."""
     flagged: int = 0
     """Completed responses with a sanity flag."""
-    ttft: list[float] = field(default_factory=list)
-    """Seconds, like every sample list: ttft, e2e, tpot, ttfb and fc (first content)."""
-    e2e: list[float] = field(default_factory=list)
-    tpot: list[float] = field(default_factory=list)
-    ttfb: list[float] = field(default_factory=list)
-    fc: list[float] = field(default_factory=list)
-    itl: list[np.ndarray] = field(default_factory=list)
-    """Each completed request's gaps (arrays shared through ``share``)."""
+    ttft: array[float] = field(default_factory=lambda: array("d"))
+    """Seconds, like every sample array: ttft, e2e, tpot, ttfb and fc (first content)."""
+    e2e: array[float] = field(default_factory=lambda: array("d"))
+    tpot: array[float] = field(default_factory=lambda: array("d"))
+    ttfb: array[float] = field(default_factory=lambda: array("d"))
+    fc: array[float] = field(default_factory=lambda: array("d"))
+    itl_lines: array[int] = field(default_factory=lambda: array("I"))
+    """Where each completed request's gaps lie in ``share`` (:meth:`ItlShare.of`)."""
 
     @classmethod
     def for_timing(cls, timing: LoadTiming, share: ItlShare | None = None) -> LoadTally:
@@ -322,7 +391,7 @@ class LoadTally:
         if ttft is not None and e2e is not None and ot and ot > 1:
             self.tpot.append((e2e - ttft) / (ot - 1))
         if gaps := line.get("itl_us"):
-            self.itl.append(self.share.of(line, gaps))
+            self.itl_lines.append(self.share.of(line, gaps))
 
     def summary(self, timing: LoadTiming, method: PercentileMethod) -> LoadSummary:
         """The load summary of the lines tallied, over ``timing`` (the slice's own)."""
@@ -337,11 +406,11 @@ class _ScheduleTally:
     """Judged requests that were arrivals of the schedule: every one, but in an open loop
     of sessions only turn 1s (a later turn is due after its previous answer, not
     offered by the schedule: ``loadgen.open_loop_sessions``)."""
-    late: list[float] = field(default_factory=list)
+    late: array[float] = field(default_factory=lambda: array("d"))
     """sent − intended of every judged request (every turn of a session's too)."""
-    ttft: list[float] = field(default_factory=list)
+    ttft: array[float] = field(default_factory=lambda: array("d"))
     """intended → first token of every completed one (lateness included)."""
-    e2e: list[float] = field(default_factory=list)
+    e2e: array[float] = field(default_factory=lambda: array("d"))
 
     def chain(
         self, visit: Callable[[dict[str, Any]], None] | None
@@ -389,9 +458,9 @@ def _open_loop_figures(
         # Every judged request is sent inside the issue window: its arrivals' lines are
         # the starts (a session's later turns are not the schedule's, so not counted).
         "achieved_rate": sched.arrivals / issue_s if issue_s else None,
-        "lateness_s": summarize(sched.late, m),
-        "ttft_from_intended_s": summarize(sched.ttft, m),
-        "e2e_from_intended_s": summarize(sched.e2e, m),
+        "lateness_s": summarize(_samples(sched.late), m),
+        "ttft_from_intended_s": summarize(_samples(sched.ttft), m),
+        "e2e_from_intended_s": summarize(_samples(sched.e2e), m),
         "held_by_cap": timing.held_by_cap,
     }
 
@@ -437,12 +506,12 @@ def _summary(
         output_tokens_per_s=t.output_tokens / elapsed if elapsed else None,
         output_tokens_per_s_issue_window=t.window_tokens / issue_s if issue_s else None,
         requests_per_s=t.completed / elapsed if elapsed else None,
-        ttft_s=summarize(t.ttft, method),
-        e2e_s=summarize(t.e2e, method),
-        itl_s=summarize(np.concatenate(t.itl) if t.itl else np.empty(0), method),
-        tpot_s=summarize(t.tpot, method),
-        ttfb_s=summarize(t.ttfb, method),
-        first_content_s=summarize(t.fc, method),
+        ttft_s=summarize(_samples(t.ttft), method),
+        e2e_s=summarize(_samples(t.e2e), method),
+        itl_s=stats_of_owned(t.share.seconds(t.itl_lines), method),
+        tpot_s=summarize(_samples(t.tpot), method),
+        ttfb_s=summarize(_samples(t.ttfb), method),
+        first_content_s=summarize(_samples(t.fc), method),
         input_tokens_mean=t.prompt_tokens / with_usage if with_usage else None,
     )
 
