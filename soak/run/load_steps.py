@@ -35,8 +35,7 @@ from typing import Literal
 from loadgen.arrivals import ARRIVAL_MODELS, RateCurve, curve_offsets
 from loadgen.open_loop import OpenLoopGenerator, in_spans, paused_spans
 from loadgen.workers import LoadGenerator
-from soak.judge.goodput import measured_steps
-from soak.record.models import LoadStep, SweepResult
+from soak.record.models import LoadStep
 from soak.record.step_figures import BOUNDARY_S, StepCounts, in_span, judged_span
 from soak.record.summary import LoadTiming
 from soak.run.config import RunConfig
@@ -381,16 +380,3 @@ def load_timing_for_steps(st: RunState) -> LoadTiming | None:
     from soak.run.steady_load import load_timing  # it starts this module's driver
 
     return load_timing(st)
-
-
-def record_steps(
-    st: RunState, timing: LoadTiming | None
-) -> tuple[list[LoadStep], SweepResult | None]:
-    """The record's ``steps`` with their figures and its ``sweep`` (empty and None for a
-    load without steps): :func:`soak.judge.goodput.measured_steps` on the run's steps."""
-    if not st.steps or timing is None:
-        return [], None
-    counts = st.step_counts or [StepCounts() for _ in st.steps]
-    return measured_steps(
-        st.run_dir / "requests.jsonl", st.steps, timing, st.config.public_dict(), counts
-    )
