@@ -5,6 +5,7 @@ and the server's counters reconcile with the journal."""
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import pytest
 
@@ -86,7 +87,7 @@ def test_open_loop_sessions_against_vllm(vllm_logged, tmp_path):
         assert_healthy_soak_verdict(rc, rec, lines)
     except AssertionError as e:
         raise AssertionError(f"{e}\nexit {rc}: {rec['reasons']}\n{text[-3000:]}") from None
-    by_session: dict[int, dict[int, dict[str, object]]] = defaultdict(dict)
+    by_session: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
     for ln in lines:
         by_session[ln["session"]][ln["turn"]] = ln
     firsts = [s[1] for s in by_session.values()]
