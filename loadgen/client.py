@@ -5,6 +5,8 @@ aiohttp carries it (its C HTTP parser; plain httpx fell behind at 256 paced stre
 pool — per process. Per read of the socket the loop takes one ``perf_counter_ns()`` and
 hands the bytes to ``SSEParser``; nothing is logged and nothing allocated per chunk beyond
 the ITL entry.
+Once every 32 token events it also asks the socket how many bytes already wait behind the
+chunk (:mod:`loadgen.read_health`): a client behind the server's writes finds them there.
 
 Two costs of the stock stack are avoided, both measured (bench/client_cost.py): asyncio's
 256 KiB ``recv`` per read (see ``client_conn.READ_SIZE``), and aiohttp's ``sock_read`` timer, which
@@ -60,6 +62,15 @@ from loadgen.client_conn import resend_after, tune_connection
 from loadgen.client_errors import client_side, message_from_body, trunc
 from loadgen.envelope import FailureClass, RequestResult
 from loadgen.outcome import is_empty_stream, usage_problem
+from loadgen.read_health import (
+    FIRST_SAMPLE,
+    NOT_SAMPLED,
+    PROCESS_TALLY,
+    SAMPLE_EVERY,
+    QueueProbe,
+    ReadTally,
+    queue_probe,
+)
 from loadgen.sanity import check
 from loadgen.sse import SSEParser
 
@@ -77,6 +88,23 @@ async def _on_reuse(_session: object, ctx: Any, _params: object) -> None:
     attempt = ctx.trace_request_ctx
     if isinstance(attempt, dict):
         attempt["reused"] = True
+
+
+def _sample_queue(probe: QueueProbe | None, r: RequestResult, tally: ReadTally) -> None:
+    """One sample of the stream's receive queue onto its result and the client's tally
+    (once every SAMPLE_EVERY token events; a socket released, closed or failing under the
+    stream gives none; None, a socket that cannot be asked, is never sampled: its countdown
+    starts at NOT_SAMPLED)."""
+    queued = probe.queued() if probe is not None else -1
+    if queued < 0:
+        return
+    r.queue_samples += 1
+    tally.samples += 1
+    if queued:
+        r.queue_hits += 1
+        tally.hits += 1
+        if queued > r.queued_bytes_max:
+            r.queued_bytes_max = queued
 
 
 class _Watch:
@@ -107,6 +135,8 @@ class StreamClient:
         sanity_checks: bool = True,
         ignore_eos: bool = False,
         contracts: Mapping[str, AnswerContract] | None = None,
+        sample_queue: bool = True,
+        read_tally: ReadTally | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
@@ -117,6 +147,11 @@ class StreamClient:
         """Check every completed response (:mod:`loadgen.sanity`): ``RequestResult.sanity``."""
         self.ignore_eos = ignore_eos
         """The requests send ``ignore_eos``: an early ``length`` is then no sanity flag."""
+        self.sample_queue = sample_queue
+        """Sample each stream's socket receive queue (:mod:`loadgen.read_health`); off
+        only to measure what the sampling costs (``bench/client_behind.py``)."""
+        self.read_tally = read_tally if read_tally is not None else PROCESS_TALLY
+        """Every stream's samples as they are taken (the live behind share)."""
         self._contracts: dict[str | None, AnswerContract] = dict((contracts or {}).items())
         self._headers = dict(headers or {})
         # Values never to appear in a failure detail: each header value, and its parts
@@ -293,7 +328,13 @@ class StreamClient:
                         append = itl.append
                         last = 0
                         chunks = 0
+                        coalesced = 0
                         want_content = True
+                        # The receive queue, sampled (loadgen.read_health): a countdown of
+                        # token events; a socket that cannot be asked never reaches 0.
+                        probe = queue_probe(resp) if self.sample_queue else None
+                        left = FIRST_SAMPLE if probe is not None else NOT_SAMPLED
+                        tally = self.read_tally
                         try:
                             while True:
                                 data = await readany()
@@ -307,8 +348,13 @@ class StreamClient:
                                         result.first_token_ns = now
                                     if n > 1:  # events that shared this read: gaps of 0
                                         itl.extend([0] * (n - 1))
+                                        coalesced += n - 1
                                     last = now
                                     chunks += n
+                                    left -= n
+                                    if left <= 0:
+                                        left = SAMPLE_EVERY
+                                        _sample_queue(probe, result, tally)
                                     if want_content and parser.content_seen:
                                         result.first_content_ns = now
                                         want_content = False
@@ -317,6 +363,7 @@ class StreamClient:
                         finally:  # also when a read fails or is cancelled: keep the measures
                             self._watched.discard(watch)
                             result.chunks = chunks
+                            result.coalesced = coalesced
                             result.finish_reason = parser.finish_reason
                             result.prompt_tokens = parser.prompt_tokens
                             result.output_tokens = parser.completion_tokens

@@ -142,6 +142,18 @@ class RequestResult:
     turn's history. Never journaled; None for every other request."""
     answer_truncated: bool = False
     """The answer ran past the bound and ``answer`` holds only its head."""
+    queue_samples: int = 0
+    """Reads of this stream after which its socket's receive queue was sampled (once every
+    ``loadgen.read_health.SAMPLE_EVERY`` token events); 0: not measured (a short stream, or
+    a socket the platform cannot ask) — never "nothing queued"."""
+    queue_hits: int = 0
+    """Of those, the samples that found bytes already waiting in the kernel's receive
+    queue: the server had written more than the client had read."""
+    queued_bytes_max: int = 0
+    """The most bytes a sample found waiting."""
+    coalesced: int = 0
+    """Token events that arrived in a read with an earlier one (a read of n events adds
+    n − 1): the ITL gaps of 0. ``chunks − coalesced`` is the token-carrying reads."""
 
     @property
     def ok(self) -> bool:

@@ -14,8 +14,9 @@ stay bounded. A run without a mix pays nothing for it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypedDict
 
 import numpy as np
 from pydantic import (
@@ -27,6 +28,7 @@ from pydantic import (
 )
 
 from loadgen.envelope import RequestResult
+from loadgen.read_health import MIN_SAMPLES_1S, PROCESS_TALLY, UNDECIDED_S, ReadTally, Streak
 from loadgen.stats import LatencyStats, LogHistogram
 
 LATENCIES = ("ttft", "e2e", "itl", "tpot")
@@ -67,6 +69,7 @@ class ThroughputView(BaseModel):
 
 class _Slot:
     __slots__ = (
+        "coalesced",
         "completed",
         "failed",
         "failures",
@@ -74,8 +77,11 @@ class _Slot:
         "hists",
         "late",
         "output_tokens",
+        "q_hits",
+        "q_samples",
         "sanity",
         "second",
+        "tokens",
     )
 
     def __init__(self) -> None:
@@ -89,10 +95,16 @@ class _Slot:
         self.hists = {k: LogHistogram() for k in LATENCIES}
         self.late = LogHistogram()
         """Open loop: sent − intended of the requests that finished in this slot."""
+        self.q_samples = self.q_hits = self.tokens = self.coalesced = 0
+        """How the client read (``loadgen.read_health``): the receive-queue samples taken
+        and those that found bytes queued, from the client's tally at the tick in this
+        second; the token events, and events that shared a read with an earlier one, of
+        the requests that finished in it."""
 
     def reset(self, second: int) -> None:
         self.second = second
         self.completed = self.failed = self.output_tokens = self.flagged = 0
+        self.q_samples = self.q_hits = self.tokens = self.coalesced = 0
         self.failures.clear()
         self.sanity.clear()
         for h in (*self.hists.values(), self.late):
@@ -105,7 +117,12 @@ class _Slot:
 class LiveLoadStats:
     """Sliding-window and cumulative throughput and latency, O(1) memory."""
 
-    def __init__(self, window_s: int = 10, classes: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        window_s: int = 10,
+        classes: Sequence[str] = (),
+        tally: ReadTally = PROCESS_TALLY,
+    ) -> None:
         if window_s < 1:
             raise ValueError(f"window_s must be >= 1, got {window_s}")
         self.window_s = window_s
@@ -114,6 +131,17 @@ class LiveLoadStats:
         self._cum.second = 0
         self._by_class = {name: _Slot() for name in classes}
         """Cumulative tally per workload class of the mix (empty without one)."""
+        self._tally = tally
+        """The client's samples as it takes them (``StreamClient.read_tally``)."""
+        self._seen_samples, self._seen_hits = tally.samples, tally.hits
+        """The tally's counts at the last tick (what came before is not the load's)."""
+        self._last_samples = self._last_hits = 0
+        """Samples and hits behind the last tick's decided share (0: it decided none)."""
+        self._pending = (0, 0, 0.0)
+        """Samples and hits not yet decided on, and the tick time they date from."""
+        self.behind_streak = Streak()
+        """Ticks whose last second found bytes queued on more than the bound's share of
+        sampled reads (:meth:`tick_reads`): the record's ``behind_over_limit_s``."""
         self.completed_by_step: Counter[int] = Counter()
         """Completed requests per load step (``RequestResult.step``; none: 0), for the
         steps view."""
@@ -135,6 +163,9 @@ class LiveLoadStats:
         if r.ok:  # a line without a step is the load before the first change: step 0
             self.completed_by_step[r.step or 0] += 1
         slots: tuple[_Slot, ...] = (self._slot(int(now_s)), self._cum)
+        for slot in slots:  # how it was read: the whole load's, not per class
+            slot.tokens += r.chunks
+            slot.coalesced += r.coalesced
         if self._by_class:  # a mix: one lookup; a class outside it is not counted
             of_class = self._by_class.get(r.workload_class or "")
             if of_class is not None:
@@ -183,11 +214,78 @@ class LiveLoadStats:
         """Everything since the barrier released."""
         return _view(self._cum, load_elapsed_s)
 
-    def class_cumulative(self, load_elapsed_s: float) -> dict[str, ThroughputView]:
+    def class_cumulative(
+        self, load_elapsed_s: float, names: Iterable[str] | None = None
+    ) -> dict[str, ThroughputView]:
         """Each workload class's tally since the barrier released, by the mix's names in
-        its order (empty without a mix); the rates are over the load's elapsed time, as
-        the record's class figures are."""
-        return {name: _view(slot, load_elapsed_s) for name, slot in self._by_class.items()}
+        its order (empty without a mix), or only the classes ``names`` names, in that
+        order (a name outside the mix: none); the rates are over the load's elapsed time,
+        as the record's class figures are."""
+        by_class = self._by_class
+        if names is None:
+            return {name: _view(slot, load_elapsed_s) for name, slot in by_class.items()}
+        return {n: _view(by_class[n], load_elapsed_s) for n in names if n in by_class}
+
+    def reads(self, now_s: float) -> ReadHealth:
+        """How the client read (:mod:`loadgen.read_health`): over the last ``window_s``
+        full seconds, since the last tick (:meth:`tick_reads`), and the whole load so far."""
+        current = int(now_s)
+        samples = hits = tokens = coalesced = 0  # sums only: no histograms merged
+        for slot in self._ring:
+            if current - self.window_s <= slot.second < current:
+                samples += slot.q_samples
+                hits += slot.q_hits
+                tokens += slot.tokens
+                coalesced += slot.coalesced
+        last_fraction = None
+        if self._last_samples >= MIN_SAMPLES_1S:
+            last_fraction = self._last_hits / self._last_samples
+        cum = self._cum
+        return ReadHealth(
+            behind_fraction=_fraction(hits, samples),
+            events_per_read=_per_read(tokens, coalesced),
+            behind_fraction_1s=last_fraction,
+            samples=cum.q_samples,
+            hits=cum.q_hits,
+            load_behind_fraction=_fraction(cum.q_hits, cum.q_samples),
+            load_events_per_read=_per_read(cum.tokens, cum.coalesced),
+        )
+
+    def tick_reads(self, now_s: float, bound: float, measuring: bool) -> ReadHealth:
+        """At a snapshot tick: the client's samples since the last tick, from its tally
+        (counted only while ``measuring``: the load or its drain), :meth:`reads`, and the
+        behind streak updated.
+
+        A tick's share is decided once ``MIN_SAMPLES_1S`` samples came in since the last
+        decided one: a tick too soon after another (a late loop catching up) carries its
+        few samples to the next, and leaves the streak as it is; ``UNDECIDED_S`` without
+        enough samples (an idle load) ends the streak.
+        """
+        tally = self._tally
+        samples = tally.samples - self._seen_samples
+        hits = tally.hits - self._seen_hits
+        self._seen_samples, self._seen_hits = tally.samples, tally.hits
+        if not measuring:
+            samples = hits = 0
+            self._pending = (0, 0, now_s)
+        for slot in (self._slot(int(now_s)), self._cum):
+            slot.q_samples += samples
+            slot.q_hits += hits
+        p_samples, p_hits, since = self._pending
+        p_samples, p_hits = p_samples + samples, p_hits + hits
+        if p_samples >= MIN_SAMPLES_1S:
+            self._last_samples, self._last_hits = p_samples, p_hits
+            self._pending = (0, 0, now_s)
+        else:
+            self._last_samples = self._last_hits = 0
+            self._pending = (p_samples, p_hits, since)
+        rh = self.reads(now_s + 1.0)  # the window through this tick's second
+        f = rh.behind_fraction_1s
+        if f is not None:
+            self.behind_streak.update(measuring and f > bound, now_s, f)
+        elif not measuring or now_s - since > UNDECIDED_S:
+            self.behind_streak.update(False, now_s)
+        return rh
 
     def lateness(self, now_s: float) -> tuple[LatencyStats, LatencyStats]:
         """Open loop: sent − intended over the last ``window_s`` full seconds and over the
@@ -198,6 +296,63 @@ class LiveLoadStats:
             if current - self.window_s <= slot.second < current:
                 window.merge(slot.late)
         return window.stats(), self._cum.late.stats()
+
+
+@dataclass(frozen=True, slots=True)
+class ReadHealth:
+    """How the client read its streams (:meth:`LiveLoadStats.reads`); None: not measured."""
+
+    behind_fraction: float | None
+    """Over the sliding window: share of sampled reads that found bytes already queued."""
+    events_per_read: float | None
+    """Over the sliding window: token events per token-carrying read (1.0: each read held
+    one event, as a client that keeps up with a paced server reads them)."""
+    behind_fraction_1s: float | None
+    """The share since the previous tick, about a second (None below ``MIN_SAMPLES_1S``
+    samples)."""
+    samples: int
+    """Receive-queue samples over the whole load so far."""
+    hits: int
+    """Of those, the samples that found bytes queued."""
+    load_behind_fraction: float | None
+    load_events_per_read: float | None
+
+
+class BehindFigures(TypedDict):
+    """The ``client_health`` fields :func:`behind_health` fills (``soak.record.models``)."""
+
+    behind_fraction: float | None
+    behind_samples: int
+    behind_over_limit_s: float | None
+    behind_fraction_in_streak: float | None
+    events_per_read: float | None
+
+
+def behind_health(live: LiveLoadStats) -> BehindFigures:
+    """The record's ``client_health`` figures of how the client read (:mod:`loadgen.read_health`):
+    the whole load's behind share and events per read, and the longest behind streak."""
+    reads = live.reads(0.0)
+    streak = live.behind_streak
+    return BehindFigures(
+        behind_fraction=_round4(reads.load_behind_fraction),
+        behind_samples=reads.samples,
+        behind_over_limit_s=round(streak.longest_s, 3) if reads.samples else None,
+        behind_fraction_in_streak=_round4(streak.best_mean),
+        events_per_read=_round4(reads.load_events_per_read),
+    )
+
+
+def _round4(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
+
+
+def _fraction(hits: int, samples: int) -> float | None:
+    return hits / samples if samples else None
+
+
+def _per_read(tokens: int, coalesced: int) -> float | None:
+    reads = tokens - coalesced
+    return tokens / reads if reads > 0 else None
 
 
 def request_latencies(r: RequestResult) -> dict[str, float | None]:
@@ -212,6 +367,10 @@ def request_latencies(r: RequestResult) -> dict[str, float | None]:
 
 def _merge(into: _Slot, slot: _Slot) -> None:
     into.completed += slot.completed
+    into.q_samples += slot.q_samples
+    into.q_hits += slot.q_hits
+    into.tokens += slot.tokens
+    into.coalesced += slot.coalesced
     into.failed += slot.failed
     into.output_tokens += slot.output_tokens
     into.failures.update(slot.failures)
