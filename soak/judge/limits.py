@@ -17,6 +17,11 @@ MAX_LOOP_LAG_S = 0.5
 """Client event-loop lag p99 over the load above which the run is INVALID."""
 MAX_CLIENT_CPU_PERCENT = 95.0
 """The runner's CPU (percent of one core) that counts as overloaded."""
+MAX_CLIENT_BEHIND = 0.25
+"""Share of sampled reads that found bytes already waiting in the socket
+(``loadgen.read_health``) above which a second counts as the client behind the server's
+writes; held for ``client_overload_s``, the run is INVALID. Measured (bench/client_behind.py,
+fast paced server): ~0–2 % while the client keeps up, far above this once it falls behind."""
 CLIENT_OVERLOAD_S = 10.0
 """How long client overload (CPU, in-flight shortfall, /health checks it could not send)
 may last before the run is INVALID."""
@@ -38,6 +43,7 @@ class Limits(TypedDict):
     max_loop_lag_s: float
     client_overload_s: float
     max_client_cpu_percent: float
+    max_client_behind: float
     require_telemetry: list[str]
     reconcile_strict: bool
     max_sanity_share: float
@@ -52,6 +58,7 @@ def limits_from_config(config: Mapping[str, Any]) -> Limits:
         max_loop_lag_s=float(config.get("max_loop_lag_s", MAX_LOOP_LAG_S)),
         client_overload_s=float(config.get("client_overload_s", CLIENT_OVERLOAD_S)),
         max_client_cpu_percent=float(config.get("max_client_cpu_percent", MAX_CLIENT_CPU_PERCENT)),
+        max_client_behind=float(config.get("max_client_behind", MAX_CLIENT_BEHIND)),
         require_telemetry=list(config.get("require_telemetry") or []),
         reconcile_strict=config.get("reconcile") == "strict",
         max_sanity_share=float(config.get("max_sanity_share", MAX_SANITY_SHARE)),

@@ -48,7 +48,7 @@ class WindowGpu(Section):
 class WindowFigures(Section):
     """One window of the series (a line of ``windows.jsonl``; an item of ``windows``)."""
 
-    absent_unless_set = frozenset({"schema_version", "lost_seconds"})
+    absent_unless_set = frozenset({"schema_version", "lost_seconds", "client_behind_fraction"})
 
     schema_version: str = WINDOWS_SCHEMA_VERSION
     """Written on ``windows.jsonl`` lines only."""
@@ -104,6 +104,10 @@ class WindowFigures(Section):
     client_open_files: float | None = None
     loop_lag_p99_s: float | None = None
     """The worst tick's loop lag (live lines; recomputed from ``snapshots.jsonl``)."""
+    client_behind_fraction: float | None = None
+    """Mean over the window's ticks of the share of sampled socket reads that found bytes
+    already queued (``loadgen.read_health``; the snapshots' ``behind_fraction_1s``).
+    Written only when a tick had enough samples to say."""
     gpus: list[WindowGpu] = Field(default_factory=list)
     gpu_memory_used_mib: float | None = None
     """The GPU with the most memory used (mean over the window)."""

@@ -48,10 +48,15 @@ class LoadView(BaseModel):
     cumulative: ThroughputView | None = None
 
 
-class ClientView(BaseModel):
+class ClientView(AbsentUnlessSet):
     """The runner's own health this tick."""
 
     model_config = ConfigDict(extra="forbid")
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset(
+        {"behind_fraction", "behind_fraction_1s", "events_per_read"}
+    )
+    """The socket figures (``loadgen.read_health``) an older snapshot line lacks."""
+    written_by_this_version: ClassVar[frozenset[str]] = absent_unless_set
 
     cpu_percent: float | None = None
     rss_mb: float | None = None
@@ -60,6 +65,14 @@ class ClientView(BaseModel):
     fd_limit: int | None = None
     loop_lag_s: float | None = None
     """Worst event-loop lateness during this tick."""
+    behind_fraction: float | None = None
+    """Over the live window: share of sampled socket reads that found bytes already
+    queued (``loadgen.read_health``; None: not measured). Near 0 while the client keeps up."""
+    behind_fraction_1s: float | None = None
+    """The same since the previous tick that had enough samples to say (about a second;
+    None when this tick had too few): what the ``client_behind`` rule counts."""
+    events_per_read: float | None = None
+    """Over the live window: token events per token-carrying read (1.0: one each)."""
 
 
 class MatrixCellNow(BaseModel):

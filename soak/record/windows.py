@@ -78,6 +78,8 @@ class GaugeWindow:
     gpu_used: dict[str, _Mean] = field(default_factory=dict)
     gpu_util: dict[str, _Mean] = field(default_factory=dict)
     lags: list[float] = field(default_factory=list)
+    behind: list[float] = field(default_factory=list)
+    """Each tick's behind share (``ClientView.behind_fraction_1s``)."""
 
     def engine(self, endpoint: int, values: dict[str, Any], preempted: float | None) -> None:
         """One scrape of one endpoint (``preempted``: preemptions since the last one)."""
@@ -133,6 +135,8 @@ class GaugeWindow:
         w.client_open_files = _round(self.open_files.mean)
         if self.lags:
             w.loop_lag_p99_s = percentile(np.sort(np.asarray(self.lags)), 99, "nearest-rank")
+        if self.behind:
+            w.client_behind_fraction = round(sum(self.behind) / len(self.behind), 4)
         keys = sorted(set(self.gpu_used) | set(self.gpu_util))
         w.gpus = [
             WindowGpu(
@@ -290,11 +294,16 @@ def windows_from_journals(
     _telemetry_into(run_dir / "telemetry.jsonl", spec, gauges)
     for snap in read_jsonl(run_dir / "snapshots.jsonl"):
         t, client = snap.get("t"), snap.get("client")
-        lag = client.get("loop_lag_s") if isinstance(client, dict) else None
-        if isinstance(t, int | float) and isinstance(lag, int | float):
-            i = spec.index(float(t) - 1e-9)  # a tick's lag is of the second before it
-            if i is not None:
-                gauges[i].lags.append(float(lag))
+        if not isinstance(client, dict) or not isinstance(t, int | float):
+            continue
+        i = spec.index(float(t) - 1e-9)  # a tick's figures are of the second before it
+        if i is None:
+            continue
+        lag, behind = client.get("loop_lag_s"), client.get("behind_fraction_1s")
+        if isinstance(lag, int | float):
+            gauges[i].lags.append(float(lag))
+        if isinstance(behind, int | float):
+            gauges[i].behind.append(float(behind))
     out = []
     for i, (b, g) in enumerate(zip(buckets, gauges, strict=True)):
         b.finish(method)

@@ -112,6 +112,7 @@ _IN_WORDS = {
     "canary_interval_s": "0 (no canaries), or a finite number of seconds above 0 and at "
     "most 2,592,000 (30 days)",
     "max_client_cpu_percent": "a finite percentage of one core, above 0 and at most 1,000",
+    "max_client_behind": "a share of sampled reads, above 0 and at most 1",
     "require_telemetry": "a comma-separated list of engine, gpu, health, log, host "
     "(empty: none required)",
     "recipe": "up to 256 KEY=VALUE facts; a key of lower-case letters, digits, '_', '.', "

@@ -162,6 +162,8 @@ class WindowTick:
                 g.gpu(gpu_key(reading), gpu.memory_used_mib, gpu.util_percent)
         if snap.client.loop_lag_s is not None:
             g.lags.append(snap.client.loop_lag_s)
+        if snap.client.behind_fraction_1s is not None:
+            g.behind.append(snap.client.behind_fraction_1s)
 
     def _close(self, i: int) -> None:
         assert self.origin_s is not None

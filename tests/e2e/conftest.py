@@ -98,6 +98,7 @@ def wait_for_phase(run_dir_parent: Path, phase: str, timeout: float = 30) -> Pat
     raise AssertionError(f"no run reached phase {phase!r} within {timeout} s")
 
 
-CLIENT_LAG = frozenset({"client_overloaded", "client_cpu_overloaded"})
-"""Verdict codes a loaded 2-core test machine may give on its own: the client's event loop
-or CPU could not keep up (the judge saying so honestly), not the feature under test."""
+CLIENT_LAG = frozenset({"client_overloaded", "client_cpu_overloaded", "client_behind"})
+"""Verdict codes a loaded 2-core test machine may give on its own: the client's event loop,
+CPU or socket reads could not keep up (the judge saying so honestly), not the feature under
+test."""
