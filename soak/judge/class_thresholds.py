@@ -17,7 +17,7 @@ classes it has; a class threshold without a mix likewise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from loadgen.live import ThroughputView
@@ -40,6 +40,7 @@ __all__ = [
     "class_live_metrics",
     "class_metric_info",
     "class_metrics",
+    "threshold_classes",
 ]
 
 LOAD_METRICS: dict[str, MetricInfo] = {n: m for n, m in METRICS.items() if not m.telemetry}
@@ -91,9 +92,23 @@ def class_metrics(classes: Sequence[WorkloadClassFigures]) -> dict[str, Figure]:
 def class_live_metrics(views: Mapping[str, ThroughputView]) -> dict[str, Figure]:
     """Every class's live load metrics from its cumulative view
     (``LiveLoadStats.class_cumulative``), by scoped name; those without a live figure
-    (``ttfb.*``, ``first_content.*``) are None."""
+    (``ttfb.*``, ``first_content.*``) are None, and so is every figure of a class with no
+    finished request yet: no data, not a count or rate of 0 (a ``failed==0`` not yet ok,
+    a rate floor with ``,abort`` not stopping the load before the class's first answer)."""
     out: dict[str, Figure] = {}
     for name, view in views.items():
-        figures = metrics_from_view(view)
+        figures = metrics_from_view(view)  # no finished request: every figure None
         out |= {f"{CLASS_PREFIX}{name}.{m}": figures.get(m) for m in LOAD_METRICS}
     return out
+
+
+def threshold_classes(metrics: Iterable[str]) -> tuple[str, ...]:
+    """The workload classes the thresholds' metrics name, each once, in their order: the
+    only classes whose live views the snapshot tick builds (each view costs its four
+    histograms' statistics; 64 classes of a mix cost ~4 ms a tick, on the runner's loop)."""
+    names: dict[str, None] = {}
+    for metric in metrics:
+        name, _ = class_scope(metric)
+        if name:
+            names[name] = None
+    return tuple(names)

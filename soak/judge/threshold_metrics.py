@@ -301,6 +301,12 @@ def metrics_from_view(view: ThroughputView) -> dict[str, Figure]:
         ("tpot", view.tpot_s),
     ):
         out |= _latency_figures(base, stats)
+    if not view.completed + view.failed:
+        # Nothing has ended yet: no data, not 0 — ``output_tokens_per_s>50,abort`` must
+        # not stop a load on its first tick, before its first answer could arrive.
+        return out | dict.fromkeys(
+            ("completed", "failed", "error_rate", "output_tokens_per_s", "requests_per_s")
+        )
     out |= _load_counts(view.completed, view.failed)
     out["output_tokens_per_s"] = view.output_tokens_per_s
     out["requests_per_s"] = view.requests_per_s

@@ -8,7 +8,7 @@ import pytest
 
 from loadgen.envelope import FailureClass, RequestResult
 from loadgen.live import LiveLoadStats
-from soak.judge.class_thresholds import LOAD_METRICS, class_live_metrics
+from soak.judge.class_thresholds import LOAD_METRICS, class_live_metrics, threshold_classes
 from soak.judge.thresholds import (
     ThresholdError,
     ThresholdWatch,
@@ -114,3 +114,45 @@ def test_a_class_threshold_before_its_first_request_has_no_data_and_no_abort():
     live.record(ok("chat"), now_s=0.5)
     watch.update(class_live_metrics(live.class_cumulative(1.0)), 1.0, 1.0)
     assert watch.states[0].state == "no_data" and watch.abort_due() is None
+
+
+def test_a_class_without_a_finished_request_has_no_data_never_zero():
+    """Before json's first request ends, its counts and rates are no data, not 0: a
+    ``failed==0`` is not yet ok, and a rate floor with ,abort does not stop the load."""
+    thresholds = parse_thresholds(
+        [
+            "class.json.failed==0",
+            "class.json.output_tokens_per_s>1,abort",
+            "class.json.requests_per_s>1,abort",
+        ],
+        classes=CLASSES,
+    )
+    watch = ThresholdWatch(thresholds)
+    live = LiveLoadStats(classes=CLASSES)
+    live.record(ok("chat"), now_s=0.5)
+    figures = class_live_metrics(live.class_cumulative(2.0))
+    assert {m: v for m, v in figures.items() if m.startswith("class.json.")} == dict.fromkeys(
+        f"class.json.{m}" for m in LOAD_METRICS
+    )
+    assert figures["class.chat.failed"] == 0.0 and figures["class.chat.requests_per_s"] == 0.5
+    watch.update(figures, 2.0, 2.0)
+    assert [s.state for s in watch.states] == ["no_data"] * 3
+    assert watch.abort_due() is None
+    live.record(ok("json"), now_s=2.5)  # its first: figures from then on (5 tokens in 3 s)
+    watch.update(class_live_metrics(live.class_cumulative(3.0)), 3.0, 3.0)
+    assert [s.state for s in watch.states] == ["ok", "ok", "breached"]
+
+
+def test_only_the_classes_a_threshold_names_are_built_each_tick():
+    names = tuple(f"c{i}" for i in range(64))
+    live = LiveLoadStats(classes=names)
+    for name in names:
+        live.record(ok(name), now_s=0.5)
+    wanted = threshold_classes(["class.c7.error_rate", "ttft.p99", "class.c3.ttft.p99"])
+    assert wanted == ("c7", "c3")
+    views = live.class_cumulative(1.0, wanted)
+    assert list(views) == ["c7", "c3"]
+    assert set(class_live_metrics(views)) == {
+        f"class.{c}.{m}" for c in wanted for m in LOAD_METRICS
+    }
+    assert live.class_cumulative(1.0, ("nope",)) == {}  # refused at parse; harmless here

@@ -321,7 +321,14 @@ def test_error_rate_has_no_data_until_a_request_ends():
     m = metrics_from_snapshot(snapshot(empty))
     assert m["error_rate"] is None
     assert m["ttft.p99"] is None
-    assert m["failed"] == 0
+    # Nothing ended: every count and rate is no data, as a mix class's is — a rate floor
+    # with ,abort stopped the load on its first tick, before an answer could arrive.
+    for name in ("failed", "completed", "output_tokens_per_s", "requests_per_s"):
+        assert m[name] is None, name
+    states = evaluate([parse_threshold("output_tokens_per_s>50,abort")], m, LIVE_SOURCE)
+    assert states[0].state == "no_data"
+    ended = metrics_from_snapshot(snapshot(view(completed=0, failed=1, requests_per_s=0.5)))
+    assert (ended["failed"], ended["completed"], ended["error_rate"]) == (1.0, 0.0, 1.0)
 
 
 def test_snapshot_telemetry_takes_the_worst_endpoint_and_gpu():
