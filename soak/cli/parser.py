@@ -57,6 +57,7 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--mix": {"type": Path, "dest": "mix", "metavar": "FILE"},
     "--turns": {"type": int, "dest": "turns", "metavar": "K"},
     "--think-time": {"dest": "think_time_s", "metavar": "S"},
+    "--shards": {"dest": "shards", "metavar": "N"},  # a text: "auto" is refused in words
     "--pool-seed": {"type": int, "dest": "pool_seed"},
     "--label": {"dest": "label"},
     "--purpose": {"dest": "purpose"},
@@ -100,6 +101,7 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--telemetry-interval": {"type": float, "dest": "telemetry_interval_s", "metavar": "S"},
     "--require-telemetry": {"dest": "require_telemetry", "metavar": "KIND,..."},
     "--max-client-cpu": {"type": float, "dest": "max_client_cpu_percent", "metavar": "PCT"},
+    "--max-client-behind": {"type": float, "dest": "max_client_behind", "metavar": "SHARE"},
     "--max-loop-lag": {"type": float, "dest": "max_loop_lag_s", "metavar": "S"},
     "--window": {"type": int, "dest": "series_window_s", "metavar": "S"},
     "--warmup": {"dest": "warmup", "metavar": "S|Nreq"},

@@ -35,6 +35,7 @@ EventKind = Literal[
     "control",  # stop / abort / pause asked (signal or control file)
     "step",  # a load step began (stages, sweep, a live change): data.step is its LoadStep
     "verdict",  # the final status
+    "shard",  # a load shard started (data.shard, data.pid) or was lost (--shards)
 ]
 
 

@@ -293,7 +293,9 @@ def _dur_s(ns: int | None, sent_ns: int) -> float | None:
     return None if ns is None else (ns - sent_ns) / 1e9
 
 
-def request_line(r: RequestResult, origin_ns: int, phase: str = "load") -> bytes:
+def request_line(
+    r: RequestResult, origin_ns: int, phase: str = "load", shard: int | None = None
+) -> bytes:
     """The ``requests.jsonl`` line for one request: times in seconds, durations from sent.
 
     ``sent_s``/``end_s`` are seconds since the run's monotonic origin (lines up with events
@@ -336,4 +338,10 @@ def request_line(r: RequestResult, origin_ns: int, phase: str = "load") -> bytes
         line["turn"] = r.turn
         if r.answer_truncated:  # the next turn's history holds only the answer's head
             line["answer_truncated"] = True
+    if r.queue_hits:  # the client found bytes waiting behind a read: it was behind
+        line["queue_samples"] = r.queue_samples
+        line["queue_hits"] = r.queue_hits
+        line["queued_bytes_max"] = r.queued_bytes_max
+    if shard is not None:  # a sharded run only (--shards): the shard that sent it
+        line["shard"] = shard
     return orjson.dumps(line)

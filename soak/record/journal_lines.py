@@ -68,7 +68,19 @@ class RequestLine(JournalLine, AbsentUnlessSet):
     did not happen, or the server did not say (never 0)."""
 
     absent_unless_set = frozenset(
-        {"sanity", "intended_s", "workload_class", "step", "session", "turn", "answer_truncated"}
+        {
+            "sanity",
+            "intended_s",
+            "workload_class",
+            "step",
+            "session",
+            "turn",
+            "answer_truncated",
+            "queue_samples",
+            "queue_hits",
+            "queued_bytes_max",
+            "shard",
+        }
     )
 
     id: str
@@ -118,6 +130,18 @@ class RequestLine(JournalLine, AbsentUnlessSet):
     answer_truncated: bool = False
     """A conversation's answer past the client's 64 KiB bound (``loadgen.answer_text``):
     the next turn's history held only its head. Written only when true."""
+    queue_samples: int | None = None
+    """Receive-queue samples of the stream's reads (``loadgen.read_health``). Written, with
+    the next two, only when a sample found bytes queued: a client that keeps up leaves the
+    line as it was."""
+    queue_hits: int | None = None
+    """Samples that found bytes already waiting in the socket: this request's timings
+    include the client's own queueing."""
+    queued_bytes_max: int | None = None
+    """The most bytes a sample found waiting."""
+    shard: int | None = Field(None, ge=0)
+    """A sharded run only (``--shards``): the 0-based shard that sent the request
+    (``record.shards[shard]``). Absent otherwise."""
 
 
 # --- events.jsonl: the data of the kinds recover and verify read ----------------------------

@@ -182,10 +182,21 @@ class Identity(AbsentUnlessSet):
     is each endpoint's ``recipe``: ``soak.record.recipe.recipe_facts`` joins them."""
 
 
-class ClientHealth(BaseModel):
+class ClientHealth(AbsentUnlessSet):
     """Was the client able to hold the load? Measured, not assumed."""
 
     model_config = ConfigDict(extra="forbid")
+    absent_unless_set: ClassVar[frozenset[str]] = frozenset(
+        {
+            "behind_fraction",
+            "behind_samples",
+            "behind_over_limit_s",
+            "behind_fraction_in_streak",
+            "events_per_read",
+        }
+    )
+    """The socket figures (``loadgen.read_health``) a record older than them lacks."""
+    written_by_this_version: ClassVar[frozenset[str]] = absent_unless_set
 
     loop_lag_p99_s: float | None = None
     loop_lag_max_s: float | None = None
@@ -202,6 +213,53 @@ class ClientHealth(BaseModel):
     started (failure back-offs excluded): the load was lighter than requested then."""
     in_flight_short_min: int | None = None
     """Fewest requests in flight during such a stretch."""
+    behind_fraction: float | None = None
+    """Share of the load's sampled socket reads (``loadgen.read_health``) that found bytes
+    already waiting in the kernel's receive queue: the server had written more than the
+    client had read. None: not measured (no stream long enough, or no socket to ask)."""
+    behind_samples: int | None = None
+    """How many reads were sampled over the load."""
+    behind_over_limit_s: float | None = None
+    """Longest stretch of the load with each second's behind share above
+    ``max_client_behind`` (seconds with too few samples to say end a stretch)."""
+    behind_fraction_in_streak: float | None = None
+    """The mean of those seconds' shares over that stretch."""
+    events_per_read: float | None = None
+    """Token events per token-carrying read over the load: 1.0 when every read held one
+    event, as a client that keeps up reads a paced server; more, the events piled up."""
+
+
+class ShardInfo(BaseModel):
+    """One load shard of a sharded run (``--shards N``: :mod:`soak.run.shards`)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    index: int = Field(ge=0)
+    """0-based; the journal's ``shard`` on each of its requests."""
+    host: str
+    """Where it ran: ``local`` (the coordinator's host; no pid: it means nothing later)."""
+    workers: int = Field(ge=0)
+    """Its share of the closed loop's workers (worker ``i`` of shard ``k`` of ``n`` is
+    the run's worker ``i * n + k``)."""
+    requests: int = Field(ge=0)
+    """Its requests in ``requests.jsonl`` (``verify`` counts them again)."""
+    release_offset_s: float | None = None
+    """When it released its workers, from the coordinator's release (one host, one
+    monotonic clock: no clock offset to measure); None: never released."""
+    loop_lag_p99_s: float | None = None
+    """Its event loop's lag, p99 of the per-second maxima over the load."""
+    cpu_s: float | None = None
+    """CPU seconds its process used (user + system): the client's cost, not in the
+    coordinator's own ``client_health`` CPU figures."""
+    status: Literal["done", "lost"]
+    """``lost``: it exited before it reported its end; the run is INVALID (``shard_lost``)."""
+    exit_code: int | None = None
+    """Its process's exit status (negative: killed by that signal)."""
+    lost_at_s: float | None = None
+    """A lost shard: when the coordinator saw it go, on the run's timeline."""
+    in_flight_at_loss: int | None = None
+    """A lost shard: its requests in flight by its last heartbeat; none of them is in the
+    journal."""
 
 
 class PhaseSpan(BaseModel):
@@ -220,7 +278,17 @@ class RunRecord(AbsentUnlessSet):
     model_config = ConfigDict(extra="forbid")
 
     absent_unless_set: ClassVar[frozenset[str]] = frozenset(
-        {"windows", "endurance", "caveats", "steps", "classes", "turns", "sessions", "sweep"}
+        {
+            "windows",
+            "endurance",
+            "caveats",
+            "steps",
+            "classes",
+            "turns",
+            "sessions",
+            "sweep",
+            "shards",
+        }
     )
     """Keys a record older than 1.2 lacks: written back only when given, so reading and
     writing an older record invents nothing."""
@@ -282,6 +350,9 @@ class RunRecord(AbsentUnlessSet):
     sweep: SweepResult | None = None
     """A sweep (``--sweep``): its SLO and knee; each step's goodput is in ``steps``
     (schema 1.4; else absent)."""
+    shards: list[ShardInfo] = Field(default_factory=list)
+    """A sharded run (``--shards N``): each load shard, its requests and its fate (absent
+    for a run in one process)."""
     phases: list[PhaseSpan] = Field(default_factory=list)
     started_at: str
     ended_at: str

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from soak.judge import limits
 from soak.run.config_checks import file_problem, log_problem, out_problem, url_problem, which
 from soak.run.config_mix import MixSpec, read_mix_value
+from soak.run.config_shards import Shards, shards_problem
 from soak.run.config_turns import MAX_TURNS, ThinkTime, turns_problem
 
 
@@ -260,13 +261,22 @@ class RunConfig(BaseModel):
     """Runner CPU (percent of one core, where its event loop runs) above which, held for
     client_overload_s, the client could not keep up: the run is INVALID."""
     client_overload_s: float = Field(limits.CLIENT_OVERLOAD_S, gt=0, le=LONGEST_S)
-    """How long client CPU over max_client_cpu_percent must last to make the run INVALID."""
+    """How long client CPU over max_client_cpu_percent (or the client behind the server's
+    writes, max_client_behind) must last to make the run INVALID."""
+    max_client_behind: float = Field(limits.MAX_CLIENT_BEHIND, gt=0, le=1)
+    """Share of sampled socket reads that found bytes already queued (the client read
+    slower than the server wrote) above which a second counts as behind; held for
+    client_overload_s, the run is INVALID (client_behind)."""
     require_telemetry: list[str] = Field(default_factory=list, max_length=5)
     """Telemetry kinds that must cover the load (engine, gpu, health, log, host): one that
     answered less than half its expected samples FAILS the run (else it is a note)."""
     mix: MixSpec | None = None
     """A mixed load (--mix FILE): TOML [[class]] tables, each a workload class with a weight
     and its own request fields (soak.run.config_mix); held as read. Unset: one class."""
+    shards: Shards = 1
+    """Load processes on this host the closed loop's workers are split over (--shards N,
+    soak.run.shards; a closed-loop steady load only, soak.run.config_shards); 1: the
+    runner's own loop."""
 
     @field_validator("mix", mode="before")
     @classmethod
@@ -449,7 +459,12 @@ class RunConfig(BaseModel):
         from soak.run.config_arrival import arrival_problem
         from soak.run.config_steps import steps_problem  # first: steps set rate, duration
 
-        why = steps_problem(self) or arrival_problem(self) or turns_problem(self)
+        why = (
+            steps_problem(self)
+            or arrival_problem(self)
+            or turns_problem(self)
+            or shards_problem(self)
+        )
         if why is not None:
             raise ValueError(why)
         return self

@@ -42,6 +42,7 @@ from soak.record.summary_csv import summary_csv
 from soak.record.telemetry import RecordTelemetry
 from soak.run.gate_session import gates_from_journal, probe_accounting
 from soak.run.identity import build_identity
+from soak.run.shards import record_shards
 from soak.run.snapshots import SnapshotTick
 from soak.run.state import RunParts
 from soak.run.timeline import WARMUP_OUTLASTED, judged_timeline, not_judged, timeline_inputs
@@ -183,6 +184,7 @@ def gather_facts(
         endurance=endurance,
         steps=figures.steps if figures is not None else (),
         classes=figures.classes if figures is not None else (),
+        shards=record_shards(st.gen),
     )
 
 
@@ -307,6 +309,8 @@ def finalize_run(parts: RunParts, tick: SnapshotTick, timing: LoadTiming | None)
         files=run_files(st.run_dir),
         **(figures.sections() if figures is not None else {}),  # each only if the load has it
     )
+    if facts.shards:  # --shards only: absent from a run in one process
+        record.shards = list(facts.shards)
     # The last pass over everything the record gathered (a reason quoting a server's words).
     return write_final(st.run_dir, st.redactor.model(record))
 

@@ -33,13 +33,14 @@ class RequestSink:
         """Failures per class so far: only for the per-class event limit."""
         self._unreported: dict[str, int] = {}
 
-    def on_result(self, r: RequestResult) -> None:
-        """Journal one finished request and count it."""
+    def on_result(self, r: RequestResult, shard: int | None = None) -> None:
+        """Journal one finished request and count it (``shard``: the shard that sent it,
+        in a sharded run: :mod:`soak.run.shards`)."""
         st = self.state
         phase = st.request_phase
         if st.warmup is not None and phase == "load":
             phase = self._warmup_phase(r)
-        line = request_line(r, st.origin_ns, phase)
+        line = request_line(r, st.origin_ns, phase, shard)
         if st.redactor.active and (r.failure_detail or r.finish_reason not in PLAIN_FINISH):
             line = st.redactor.json_line(line)  # server text: only then worth the pass
         self.requests.write_raw(line)

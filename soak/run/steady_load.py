@@ -99,7 +99,9 @@ class SteadyLoad:
             ignore_eos=cfg.ignore_eos,
             contracts=mix_contracts(cfg),  # a mix's classes that check their answers
         ) as client:
-            gen = make_generator(cfg, plan, client, st.pool, bodies, self.sink, st.class_pools)
+            gen = make_generator(
+                cfg, plan, client, st.pool, bodies, self.sink, st.class_pools, self.headers
+            )
             gen.on_issue_end = self._on_issue_end
             st.gen = gen
             t_barrier = time.perf_counter_ns()
@@ -203,10 +205,17 @@ def make_generator(
     bodies: BodyBuilder,
     sink: RequestSink,
     class_pools: Mapping[str, PromptPool] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> LoadGenerator:
     """The closed loop's workers, or the open loop's scheduler (same interface), each
     running sessions with ``--turns`` (an open loop's arrivals start them);
-    ``class_pools``: a mix's classes' own pools (``RunState.class_pools``)."""
+    ``class_pools``: a mix's classes' own pools (``RunState.class_pools``). With
+    ``--shards N`` the closed loop runs in N shard processes (:mod:`soak.run.shards`;
+    ``headers`` go to them on a pipe)."""
+    if cfg.shards > 1:
+        from soak.run.shards import sharded_generator  # it imports this module
+
+        return sharded_generator(cfg, plan, client, pool, bodies, sink, headers or {})
     cap = in_flight_cap(cfg)
     think_s = cfg.think_time_s or 0.0
     if cfg.turns > 1 and (cfg.arrival == "closed" or cfg.rate is None or cap is None):

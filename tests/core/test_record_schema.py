@@ -99,8 +99,9 @@ def test_the_schema_requires_what_the_writer_always_writes() -> None:
     assert defs["RecordTelemetry"].get("required") is None  # every section is optional
     top = schema_of(RunRecord)
     assert top["properties"]["schema_version"]["default"] == SCHEMA_VERSION
-    # steps, classes, turns, sessions and sweep (1.4): only by a load that has them
-    optional = {"steps", "classes", "turns", "sessions", "sweep"}
+    # steps, classes, turns, sessions and sweep (1.4): only by a load that has them;
+    # shards only by a sharded run (--shards)
+    optional = {"steps", "classes", "turns", "sessions", "sweep", "shards"}
     assert set(top["required"]) == set(RunRecord.model_fields) - optional
 
 

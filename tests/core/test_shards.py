@@ -1,0 +1,192 @@
+"""``--shards``: the split, the request interleave, the line protocol, the judgement."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from loadgen.envelope import FailureClass, RequestResult
+from loadgen.prompts import BodyBuilder, Prompt, PromptPool
+from loadgen.workers import LoadPlan
+from soak.after.shard_check import shard_problems
+from soak.judge.shard_reasons import shard_reasons
+from soak.record.models import RunRecord, ShardInfo, Status
+from soak.run.config import ConfigError
+from soak.run.config_load import load_config
+from soak.run.shard_main import ShardWorkers, pool_from_spec, pool_spec
+from soak.run.shard_protocol import (
+    decode_result,
+    encode_result,
+    global_index,
+    parse_line,
+    shard_endpoints,
+    share,
+)
+
+BASE = {"endpoints": ["http://127.0.0.1:8000"], "model": "tiny"}
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 7])
+@pytest.mark.parametrize("total", [0, 1, 5, 8, 64, 101])
+def test_shares_interleave_to_exactly_the_single_process_numbers(total, shards):
+    numbers = [
+        global_index(i, shards, k) for k in range(shards) for i in range(share(total, shards, k))
+    ]
+    assert sorted(numbers) == list(range(total))  # each worker (or request) once, none more
+    sizes = [share(total, shards, k) for k in range(shards)]
+    assert max(sizes) - min(sizes) <= 1  # as even as it can be
+
+
+def test_a_concurrency_target_splits_as_the_workers_below_it():
+    # 10 workers over 3 shards; a live target of 7 lets workers 0..6 issue: 0,3,6 / 1,4 / 2,5
+    assert [share(7, 3, k) for k in range(3)] == [3, 2, 2]
+
+
+def test_each_shard_worker_uses_the_endpoint_its_global_number_would():
+    endpoints = ("a", "b", "c")
+    for shards in (2, 3, 4):
+        for k in range(shards):
+            mine = shard_endpoints(endpoints, shards, k)
+            for i in range(12):  # the worker's base: endpoints[index % len]
+                assert mine[i % len(mine)] == endpoints[global_index(i, shards, k) % 3]
+
+
+class _Instant:
+    """A server that answers every request at once."""
+
+    max_connections = 64
+
+    async def warm_connection(self, url: str) -> None:
+        return None
+
+    async def stream_into(self, result: RequestResult, url: str, body: bytes) -> RequestResult:
+        result.end_ns = result.sent_ns + 1
+        result.status = 200
+        await asyncio.sleep(0)
+        return result
+
+
+async def test_two_shards_send_the_requests_one_process_would():
+    pool = PromptPool(tuple(Prompt(i, f"p{i}") for i in range(5)), "test")
+    bodies = BodyBuilder(model="m")
+    results: list[RequestResult] = []
+    for k in range(2):
+        plan = LoadPlan(
+            endpoints=("http://x",),
+            concurrency=share(6, 2, k),
+            duration_s=None,
+            max_requests=share(11, 2, k),
+            drain_timeout_s=5,
+            barrier_timeout_s=5,
+            request_id_prefix="run/load/chat",
+        )
+        gen = ShardWorkers(plan, _Instant(), pool, bodies, results.append, shards=2, index=k)
+        assert await gen.start_workers()
+        await gen.run()
+    ids = sorted(int(r.request_id.rsplit("/", 1)[1]) for r in results)
+    assert ids == list(range(11))  # the single process's sequence numbers, once each
+    assert all(r.prompt_id == pool.pick(int(r.request_id.rsplit("/", 1)[1])).id for r in results)
+
+
+def test_a_result_crosses_the_pipe_whole():
+    r = RequestResult(
+        request_id="run/load/chat/7",
+        worker=3,
+        prompt_id=2,
+        sent_ns=10,
+        first_token_ns=20,
+        end_ns=30,
+        status=500,
+        failure=FailureClass.HTTP_5XX,
+        failure_detail="boom",
+        itl_ns=[1, 2],
+        sanity=("empty",),
+        step=1,
+        answer="never sent",
+    )
+    back = decode_result(encode_result(r, worker=7))
+    assert back.worker == 7 and back.failure is FailureClass.HTTP_5XX
+    assert back.sanity == ("empty",) and back.itl_ns == [1, 2] and back.step == 1
+    assert back.answer is None  # a conversation's history stays in its shard
+    r.worker, r.answer = 7, None
+    assert back == r
+
+
+def test_a_status_line_and_a_broken_line():
+    assert parse_line(b'{"t": "hb", "in_flight": 3}\n') == {"t": "hb", "in_flight": 3}
+    with pytest.raises(ValueError):
+        parse_line(b"[1, 2]\n")  # a result of the wrong length
+    with pytest.raises(ValueError):
+        parse_line(b'{"no": "kind"}\n')
+
+
+def test_the_pool_crosses_the_pipe_whole():
+    pool = PromptPool((Prompt(0, "a", 3), Prompt(9, "b")), "synthetic:3", unique_prefix=True)
+    assert pool_from_spec(orjson.loads(orjson.dumps(pool_spec(pool)))) == pool
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"arrival": "poisson", "rate": 5}, "arrival = 'poisson' is not yet supported"),
+        ({"turns": 3}, "turns = 3 is not yet supported"),
+        ({"stages": "1s:4,1s:8"}, "stages = '1s:4,1s:8' is not yet supported"),
+        (
+            {"sweep": "concurrency=4,8", "duration_s": 60},
+            "sweep = 'concurrency=4,8' is not yet supported",
+        ),
+        ({"shards": "auto"}, "shards = 'auto' is not yet supported with --shards"),
+        ({"concurrency": 2}, "concurrency = 2 gives a shard no worker"),
+    ],
+)
+def test_what_shards_cannot_do_yet_is_refused_in_words(extra, words):
+    with pytest.raises(ConfigError) as e:
+        load_config({"shards": 4, **extra}, environ={}, base=BASE)
+    assert words in str(e.value)
+    if "not yet" in words:
+        assert "with --shards" in str(e.value)
+
+
+def test_one_shard_is_the_default_and_refuses_nothing():
+    assert load_config({"arrival": "poisson", "rate": 5}, environ={}, base=BASE).shards == 1
+    assert load_config({"shards": 4, "concurrency": 8}, environ={}, base=BASE).shards == 4
+
+
+def _info(index: int, **kw: object) -> ShardInfo:
+    fields: dict[str, object] = {"index": index, "host": "local", "workers": 4, "requests": 10}
+    return ShardInfo.model_validate(fields | {"status": "done", "exit_code": 0} | kw)
+
+
+def test_a_lost_shard_is_invalid_by_name_and_a_whole_run_is_not():
+    assert shard_reasons([_info(0), _info(1)], 1.0) == []
+    lost = _info(1, status="lost", exit_code=-9, lost_at_s=12.34, in_flight_at_loss=4)
+    (reason,) = shard_reasons([_info(0), lost], 1.0)
+    assert (reason.code, reason.effect) == ("shard_lost", "invalid")
+    assert reason.message.startswith("shard 1 of 2 lost (exit -9) at 12.3 s: its 4 workers")
+    assert "(4 by its last heartbeat) are not in the journal" in reason.message
+
+
+def test_a_shard_whose_loop_lagged_makes_the_run_invalid():
+    (reason,) = shard_reasons([_info(0, loop_lag_p99_s=1.5), _info(1)], 1.0)
+    assert reason.code == "client_overloaded" and reason.message.startswith("shard 0 of 2:")
+
+
+def test_verify_counts_each_shards_requests_again(tmp_path):
+    lines = [{"id": f"r/{i}", "shard": i % 2} for i in range(5)] + [{"id": "r/x"}]
+    (tmp_path / "requests.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    rec = RunRecord(
+        run_id="r",
+        status=Status.PASSED,
+        exit_code=0,
+        config={},
+        started_at="",
+        ended_at="",
+        shards=[_info(0, requests=3), _info(1, requests=3)],
+    )
+    assert shard_problems(tmp_path, rec) == [
+        "shards[1].requests: record 3, requests.jsonl 2",
+        "requests.jsonl: 1 lines of a sharded run name no shard",
+    ]
+    assert shard_problems(tmp_path, rec.model_copy(update={"shards": []})) == []
