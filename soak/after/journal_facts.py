@@ -187,6 +187,7 @@ def record_facts(
         ),
         gpu_fault_events=gpu_fault_events(journals.event_lines()),
         reconciliation={} if recovered else as_json(rec.reconciliation),
+        shards=rec.shards,
         thresholds=thresholds,
         threshold_live=list(live.values()),
         threshold_abort=abort,

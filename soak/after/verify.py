@@ -21,6 +21,7 @@ from typing import Any
 
 from probes.gates import SuiteGate, gates_json
 from soak.after.journal_facts import RunJournals, as_json, config_thresholds, record_facts
+from soak.after.shard_check import shard_problems
 from soak.judge.config_caveats import config_caveats
 from soak.judge.coverage import coverage_problems
 from soak.judge.facts import Judgement
@@ -131,6 +132,7 @@ def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
     steps = _steps_again(run_dir, rec, figures, problems)
     classes = _classes_again(rec, figures, problems)
     _check_caveats(rec, again, problems)
+    problems += shard_problems(run_dir, rec)  # --shards: each shard's requests again
     gates, bad_lines = gates_from_journal(run_dir)
     problems += bad_lines
     _diff("gates", gates_json(rec.gates), gates_json(gates), problems)

@@ -16,6 +16,7 @@ from typing import Any
 from probes.gates import SuiteGate
 from soak.judge.limits import (
     CLIENT_OVERLOAD_S,
+    MAX_CLIENT_BEHIND,
     MAX_CLIENT_CPU_PERCENT,
     MAX_FAILURES,
     MAX_LOOP_LAG_S,
@@ -30,6 +31,7 @@ from soak.record.models import (
     LoadSummary,
     PhaseSpan,
     Reason,
+    ShardInfo,
     Status,
     WorkloadClassFigures,
 )
@@ -46,6 +48,8 @@ class RunFacts:
     client_overload_s: float = CLIENT_OVERLOAD_S
     """How long client CPU overload or in-flight shortfall may last before INVALID."""
     max_client_cpu_percent: float = MAX_CLIENT_CPU_PERCENT
+    max_client_behind: float = MAX_CLIENT_BEHIND
+    """Share of sampled reads finding bytes queued above which a second is "behind"."""
     require_telemetry: list[str] = field(default_factory=list)
     """``--require-telemetry`` kinds: a lost one FAILS the run."""
     reconcile_strict: bool = False
@@ -108,6 +112,9 @@ class RunFacts:
     # -- the timeline --------------------------------------------------------------------
     endurance: Endurance | None = None
     """The record's ``endurance``: drift and leak findings over the window series."""
+
+    shards: Sequence[ShardInfo] = ()
+    """A sharded run's shards (``record.shards``): a lost one is INVALID."""
 
     extra: list[Reason] = field(default_factory=list)
     """Reasons only the gatherer knows (recover's torn journal tails, ...)."""

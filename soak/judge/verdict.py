@@ -21,6 +21,7 @@ from soak.judge.matrix import matrix_reasons
 from soak.judge.rate_reasons import rate_reasons
 from soak.judge.reconcile import reconcile_reasons
 from soak.judge.sanity import sanity_reasons
+from soak.judge.shard_reasons import shard_reasons
 from soak.judge.soak_policy import defaults_applied, policy_states
 from soak.judge.step_reasons import step_reasons
 from soak.judge.thresholds import (
@@ -32,7 +33,7 @@ from soak.judge.thresholds import (
 )
 from soak.judge.trend_metrics import is_trend_metric
 from soak.record.faults import load_start
-from soak.record.models import Reason, Status
+from soak.record.models import ClientHealth, Reason, Status
 
 _PRECEDENCE = (
     ("aborted", Status.ABORTED),
@@ -66,6 +67,7 @@ def judge(f: RunFacts) -> Judgement:
         + reconcile_reasons(dict(f.reconciliation), f.reconcile_strict)
         + _pause_notes(f)
         + (matrix_reasons(f.matrix, f.max_failures, f.was_stopped) if f.matrix is not None else [])
+        + shard_reasons(f.shards, f.max_loop_lag_s)
         + f.extra
     )
     reasons.sort(key=lambda r: _ORDER[r.effect])
@@ -271,6 +273,7 @@ def _health_reasons(f: RunFacts) -> list[Reason]:
                 ),
             )
         )
+    out += _behind_reasons(f, h)
     if h.in_flight_short_s is not None and h.in_flight_short_s >= f.client_overload_s:
         out.append(
             Reason(
@@ -285,3 +288,46 @@ def _health_reasons(f: RunFacts) -> list[Reason]:
             )
         )
     return out
+
+
+BEHIND_MIN_SAMPLES = 500
+"""Sampled reads the whole load's behind share needs before it can judge alone (about a
+second of a 256-stream load at one sample per 32 token events)."""
+
+
+def _behind_reasons(f: RunFacts, h: ClientHealth) -> list[Reason]:
+    """``client_behind`` (invalid): the client read slower than the server wrote — for a
+    stretch of ``client_overload_s`` seconds each above ``max_client_behind``, or over the
+    whole load. The whole load's share also counts because a load whose streams start and
+    end together dips below the bound for a second now and then (the streak restarts),
+    though it is behind on most of its reads: 89% of 30,000 samples read "ok" before."""
+    limit = f"limit {f.max_client_behind:.0%}"
+    advice = (
+        "it read slower than the server wrote, so its ITL/TTFT include its own queueing "
+        "— add shards or lower the load"
+    )
+    if h.behind_over_limit_s is not None and h.behind_over_limit_s >= f.client_overload_s:
+        share = h.behind_fraction_in_streak
+        words = (
+            f"the client found data already waiting in the socket on {_percent(share)} of "
+            f"sampled reads for {h.behind_over_limit_s:.0f} s ({limit} for "
+            f"{f.client_overload_s:g} s): {advice}"
+        )
+    elif (
+        h.behind_fraction is not None
+        and (h.behind_samples or 0) >= BEHIND_MIN_SAMPLES
+        and h.behind_fraction > f.max_client_behind
+    ):
+        words = (
+            f"the client found data already waiting in the socket on "
+            f"{_percent(h.behind_fraction)} of {h.behind_samples:,} sampled reads over the "
+            f"load ({limit}): {advice}"
+        )
+    else:
+        return []
+    return [Reason(code="client_behind", effect="invalid", message=words)]
+
+
+def _percent(share: float | None) -> str:
+    """A share as an operator reads it (``63%``; ``?`` when unknown)."""
+    return "?" if share is None else f"{share:.0%}"

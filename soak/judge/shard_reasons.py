@@ -1,0 +1,61 @@
+"""A sharded run's shards judged: a lost shard makes the run INVALID, by name.
+
+A shard that exited before it reported its end (killed, crashed: ``record.shards[i]``
+with ``status = lost``) took its workers with it, and the requests it had in flight
+never reached the journal: the load the record describes is not the load that was
+asked for, so no figure of it can be trusted as the run's (``shard_lost``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from soak.record.models import Reason, ShardInfo
+
+
+def shard_reasons(shards: Sequence[ShardInfo], max_loop_lag_s: float) -> list[Reason]:
+    """One ``shard_lost`` (invalid) per lost shard, naming it, and a
+    ``client_overloaded`` per shard whose loop lagged past ``max_loop_lag_s`` (the
+    shards stream: the coordinator's own lag says nothing of theirs); none for a
+    healthy run."""
+    n = len(shards)
+    out = [_lagged(s, n, max_loop_lag_s) for s in shards if _over(s, max_loop_lag_s)]
+    for s in shards:
+        if s.status != "lost":
+            continue
+        at = "" if s.lost_at_s is None else f" at {s.lost_at_s:.1f} s"
+        flight = (
+            "the requests it had in flight"
+            if s.in_flight_at_loss is None
+            else f"the requests it had in flight ({s.in_flight_at_loss} by its last heartbeat)"
+        )
+        out.append(
+            Reason(
+                code="shard_lost",
+                effect="invalid",
+                message=(
+                    f"shard {s.index} of {n} lost (exit {s.exit_code}){at}: its {s.workers} "
+                    f"workers stopped and {flight} are not in the journal; the other "
+                    f"shards drained, and the record holds the {s.requests} requests it "
+                    "finished before"
+                ),
+            )
+        )
+    return out
+
+
+def _over(s: ShardInfo, max_loop_lag_s: float) -> bool:
+    return s.loop_lag_p99_s is not None and s.loop_lag_p99_s > max_loop_lag_s
+
+
+def _lagged(s: ShardInfo, n: int, max_loop_lag_s: float) -> Reason:
+    assert s.loop_lag_p99_s is not None
+    return Reason(
+        code="client_overloaded",
+        effect="invalid",
+        message=(
+            f"shard {s.index} of {n}: its event-loop lag p99 {s.loop_lag_p99_s * 1000:.0f} ms "
+            f"exceeds {max_loop_lag_s * 1000:.0f} ms: its latencies include the client's "
+            "own queueing"
+        ),
+    )
