@@ -4,6 +4,10 @@ A shard that exited before it reported its end (killed, crashed: ``record.shards
 with ``status = lost``) took its workers with it, and the requests it had in flight
 never reached the journal: the load the record describes is not the load that was
 asked for, so no figure of it can be trusted as the run's (``shard_lost``).
+
+A shard's index is 0-based everywhere (``record.shards[i].index``, the journal's
+``shard``, the events): the words add its place, 1-based, so that "shard 1" of two
+never reads as the first of them (:func:`shard_name`: ``shard 1 (the 2nd of 2)``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from soak.record.models import Reason, ShardInfo
+
+
+def shard_name(index: int, shards: int) -> str:
+    """A shard in words: its 0-based index, as the record keeps it, and its 1-based
+    place (``shard 0 (the 1st of 2)``)."""
+    place = index + 1
+    suffix = "th" if 11 <= place % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(place % 10, "th")
+    return f"shard {index} (the {place}{suffix} of {shards})"
 
 
 def shard_reasons(shards: Sequence[ShardInfo], max_loop_lag_s: float) -> list[Reason]:
@@ -34,7 +46,7 @@ def shard_reasons(shards: Sequence[ShardInfo], max_loop_lag_s: float) -> list[Re
                 code="shard_lost",
                 effect="invalid",
                 message=(
-                    f"shard {s.index} of {n} lost (exit {s.exit_code}){at}: its {s.workers} "
+                    f"{shard_name(s.index, n)} lost (exit {s.exit_code}){at}: its {s.workers} "
                     f"workers stopped and {flight} are not in the journal; the other "
                     f"shards drained, and the record holds the {s.requests} requests it "
                     "finished before"
@@ -54,7 +66,7 @@ def _lagged(s: ShardInfo, n: int, max_loop_lag_s: float) -> Reason:
         code="client_overloaded",
         effect="invalid",
         message=(
-            f"shard {s.index} of {n}: its event-loop lag p99 {s.loop_lag_p99_s * 1000:.0f} ms "
+            f"{shard_name(s.index, n)}: its event-loop lag p99 {s.loop_lag_p99_s * 1000:.0f} ms "
             f"exceeds {max_loop_lag_s * 1000:.0f} ms: its latencies include the client's "
             "own queueing"
         ),

@@ -264,10 +264,13 @@ async def _main() -> int:
 
 def main() -> int:
     """Run one shard on the loop the runner uses (uvloop where it exists)."""
-    # An interrupt or a hang-up for the runner's process group is the coordinator's to
-    # act on (it stops every shard, gracefully); a shard that died of it would be lost.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # An interrupt, a hang-up or a terminate for the runner's process group (systemd's
+    # stop and ``kill -TERM -PGID`` signal every process of the run) is the
+    # coordinator's to act on: it stops or aborts every shard and journals what they
+    # finished; a shard that died of it would be lost, its in-flight requests with it.
+    # A shard still ends: on its coordinator's word, at end of stdin, or by SIGKILL.
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     return eventloop.run(_main())
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 import traceback
@@ -30,6 +31,7 @@ from typing import Any, Final
 from loadgen.envelope import RequestResult
 from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.workers import LoadGenerator, LoadPlan, StreamingClient
+from soak.judge.shard_reasons import shard_name
 from soak.record.models import ShardInfo
 from soak.run.config import RunConfig
 from soak.run.request_sink import RequestSink
@@ -43,6 +45,9 @@ DONE_GRACE_S: Final = 10.0
 """Beyond the drain deadline (which each shard keeps itself), for its ``done`` to come."""
 KILL_AFTER_S: Final = 5.0
 """After an abort, how long a shard may take to exit before it is killed."""
+MAX_LOG_LINES: Final = 10_000
+"""A shard's stderr lines copied into runner.log; the rest are counted (a shard that
+warns on every request must not fill the run directory's disk)."""
 
 
 @dataclass
@@ -96,6 +101,7 @@ class ShardedGenerator(LoadGenerator):
             "pool": pool_spec(pool),
         }
         self._client_spec = dict(client_spec)
+        self._env = shard_env(os.environ, client_spec.get("headers", {}))
         per_shard = int(client_spec["max_connections"])
         self._max_concurrency = per_shard * shards
         self._events_ended = asyncio.Event()
@@ -132,6 +138,7 @@ class ShardedGenerator(LoadGenerator):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             limit=READ_LIMIT,
+            env=self._env,
         )
         assert proc.stdin is not None
         proc.stdin.write(self._spec(link))  # headers on a pipe: never argv, never disk
@@ -157,7 +164,8 @@ class ShardedGenerator(LoadGenerator):
         """Read one shard's lines until it exits; then its fate (done or lost)."""
         proc = link.proc
         assert proc is not None and proc.stdout is not None and proc.stderr is not None
-        logs = asyncio.create_task(self._copy_log(link, proc.stderr))
+        name = shard_name(link.index, len(self.links))
+        logs = asyncio.create_task(copy_shard_log(name, proc.stderr))
         on_result, n = self._sink.on_result, link.index
         try:
             async for line in proc.stdout:
@@ -169,23 +177,19 @@ class ShardedGenerator(LoadGenerator):
                     self._on_status(link, got)
         except Exception as e:  # a broken line (or a bug here): the shard is lost, named
             traceback.print_exc()  # into runner.log
-            self._sink.state.internal_errors.append(f"shard {n}: {type(e).__name__}: {e}"[:300])
+            self._sink.state.internal_errors.append(f"{name}: {type(e).__name__}: {e}"[:300])
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
         link.exit_code = await proc.wait()
-        await logs
+        # Whatever the copy met, the drain must see this shard's end (a follower that
+        # died here left the drain waiting for ever).
+        await asyncio.gather(logs, return_exceptions=True)
         if link.done is None:
             self._lost(link)
         else:
             link.status = "done"
         link.finished.set()
         self._check_issue_end()
-
-    async def _copy_log(self, link: ShardLink, stream: asyncio.StreamReader) -> None:
-        """A shard's stderr into runner.log (redacted like every line printed there)."""
-        async for line in stream:
-            text = line.decode("utf-8", "replace").rstrip()
-            print(f"shard {link.index}: {text}", file=sys.stderr)
 
     def _on_status(self, link: ShardLink, msg: dict[str, Any]) -> None:
         kind = msg["t"]
@@ -238,7 +242,7 @@ class ShardedGenerator(LoadGenerator):
             if all(lk.ready is not None or lk.status == "lost" for lk in self.links):
                 self._all_ready.set()
         elif self.state.barrier_released_ns is not None:
-            self.stop_issuing(f"shard {link.index} of {len(self.links)} lost")
+            self.stop_issuing(f"{shard_name(link.index, len(self.links))} lost")
 
     # -- barrier ---------------------------------------------------------------------------
 
@@ -430,11 +434,46 @@ class ShardedGenerator(LoadGenerator):
         return out
 
 
+async def copy_shard_log(
+    name: str, stream: asyncio.StreamReader, max_lines: int = MAX_LOG_LINES
+) -> None:
+    """A shard's stderr into runner.log (``print``: redacted like every line printed
+    there), each line prefixed with ``name``: at most ``max_lines`` lines, and a line
+    longer than the stream's limit is dropped in words, never an error that ends the
+    copy (the shard would block on a full pipe)."""
+    copied = dropped = 0
+    while True:
+        try:
+            line = await stream.readline()
+        except ValueError:  # over the limit: the reader has discarded it
+            line, text = b"-", "a stderr line over the read limit, dropped"
+        else:
+            if not line:
+                break
+            text = line.decode("utf-8", "replace").rstrip()
+        if copied >= max_lines:
+            dropped += 1
+            continue
+        copied += 1
+        print(f"{name}: {text}", file=sys.stderr)
+    if dropped:
+        print(f"{name}: {dropped} more stderr lines not copied", file=sys.stderr)
+
+
+def shard_env(environ: Mapping[str, str], headers: Mapping[str, str]) -> dict[str, str]:
+    """The shard's environment: the runner's, less every variable that holds a header's
+    secret (``--api-key-env``'s key): the headers reach a shard on its stdin only, and a
+    process's environment is readable for its life (``/proc/PID/environ``)."""
+    secrets = {v.removeprefix("Bearer ").strip() for v in headers.values()}
+    secrets = {s for s in secrets if len(s) >= 4}
+    return {k: v for k, v in environ.items() if not any(s in v for s in secrets)}
+
+
 def lost_words(link: ShardLink, shards: int) -> str:
     """The event's words for a lost shard (the verdict's reason says the same)."""
     at = "" if link.lost_at_s is None else f" at {link.lost_at_s:.1f} s"
     return (
-        f"shard {link.index} of {shards} lost (exit {link.exit_code}){at}: its "
+        f"{shard_name(link.index, shards)} lost (exit {link.exit_code}){at}: its "
         f"{link.workers} workers stopped; the other shards drain"
     )
 

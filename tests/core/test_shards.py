@@ -11,7 +11,7 @@ from loadgen.envelope import FailureClass, RequestResult
 from loadgen.prompts import BodyBuilder, Prompt, PromptPool
 from loadgen.workers import LoadPlan
 from soak.after.shard_check import shard_problems
-from soak.judge.shard_reasons import shard_reasons
+from soak.judge.shard_reasons import shard_name, shard_reasons
 from soak.record.models import RunRecord, ShardInfo, Status
 from soak.run.config import ConfigError
 from soak.run.config_load import load_config
@@ -24,6 +24,7 @@ from soak.run.shard_protocol import (
     shard_endpoints,
     share,
 )
+from soak.run.shards import copy_shard_log
 
 BASE = {"endpoints": ["http://127.0.0.1:8000"], "model": "tiny"}
 
@@ -164,13 +165,26 @@ def test_a_lost_shard_is_invalid_by_name_and_a_whole_run_is_not():
     lost = _info(1, status="lost", exit_code=-9, lost_at_s=12.34, in_flight_at_loss=4)
     (reason,) = shard_reasons([_info(0), lost], 1.0)
     assert (reason.code, reason.effect) == ("shard_lost", "invalid")
-    assert reason.message.startswith("shard 1 of 2 lost (exit -9) at 12.3 s: its 4 workers")
+    # 0-based as the record's index, and in words no one reads as "the first of two"
+    assert reason.message.startswith("shard 1 (the 2nd of 2) lost (exit -9) at 12.3 s: its 4")
     assert "(4 by its last heartbeat) are not in the journal" in reason.message
 
 
 def test_a_shard_whose_loop_lagged_makes_the_run_invalid():
     (reason,) = shard_reasons([_info(0, loop_lag_p99_s=1.5), _info(1)], 1.0)
-    assert reason.code == "client_overloaded" and reason.message.startswith("shard 0 of 2:")
+    assert reason.code == "client_overloaded" and reason.message.startswith(
+        "shard 0 (the 1st of 2):"
+    )
+
+
+@pytest.mark.parametrize(
+    ("index", "shards", "words"),
+    [(0, 2, "shard 0 (the 1st of 2)"), (1, 3, "shard 1 (the 2nd of 3)"),
+     (2, 3, "shard 2 (the 3rd of 3)"), (10, 12, "shard 10 (the 11th of 12)"),
+     (11, 12, "shard 11 (the 12th of 12)"), (20, 64, "shard 20 (the 21st of 64)")],
+)  # fmt: skip
+def test_a_shard_is_named_by_its_index_and_its_place(index, shards, words):
+    assert shard_name(index, shards) == words
 
 
 def test_verify_counts_each_shards_requests_again(tmp_path):
@@ -190,3 +204,26 @@ def test_verify_counts_each_shards_requests_again(tmp_path):
         "requests.jsonl: 1 lines of a sharded run name no shard",
     ]
     assert shard_problems(tmp_path, rec.model_copy(update={"shards": []})) == []
+
+
+async def test_a_shards_stderr_line_past_the_limit_is_cut_not_fatal(capsys):
+    # A line over the reader's limit raised out of the copy, the shard's follower died
+    # with it and the drain waited forever for a shard whose end nobody saw.
+    stream = asyncio.StreamReader(limit=64)
+    stream.feed_data(b"x" * 1000 + b"\nafter it\n" + b"y" * 500)
+    stream.feed_eof()
+    await asyncio.wait_for(copy_shard_log("shard 1 (the 2nd of 2)", stream), 5)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("shard 1 (the 2nd of 2): a stderr line over the read limit, dropped")
+    assert err[1] == "shard 1 (the 2nd of 2): after it"
+    assert len(err) == 3 and "dropped" in err[2]
+
+
+async def test_a_shards_stderr_flood_is_capped_in_runner_log(capsys):
+    stream = asyncio.StreamReader()
+    stream.feed_data(b"".join(b"warning %d\n" % i for i in range(50)))
+    stream.feed_eof()
+    await copy_shard_log("shard 0 (the 1st of 2)", stream, max_lines=10)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 11 and err[9] == "shard 0 (the 1st of 2): warning 9"
+    assert err[10] == "shard 0 (the 1st of 2): 40 more stderr lines not copied"

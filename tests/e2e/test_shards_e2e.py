@@ -114,7 +114,11 @@ def test_a_killed_shard_makes_the_run_invalid_and_names_it(sim, tmp_path):
     assert rec["status"] == "INVALID"
     lost = [r for r in rec["reasons"] if r["code"] == "shard_lost"]
     index = started[victim]
-    assert len(lost) == 1 and f"shard {index} of 2 lost (exit -9)" in lost[0]["message"], lost
+    assert (
+        len(lost) == 1
+        and f"shard {index} (the {index + 1}{'st' if index == 0 else 'nd'} of 2) lost (exit -9)"
+        in lost[0]["message"]
+    ), lost
     assert "not in the journal" in lost[0]["message"]
     gone = rec["shards"][index]
     assert gone["status"] == "lost" and gone["exit_code"] == -9
@@ -192,4 +196,62 @@ def test_max_requests_is_split_and_ends_the_window_for_all(sim, tmp_path):
     numbers = sorted(int(line["id"].rsplit("/", 1)[1]) for line in _load_lines(run_dir))
     assert numbers == list(range(21))  # the single process's request numbers, once each
     assert [s["requests"] for s in rec["shards"]] == [11, 10]
+    assert run_soaktop("verify", str(run_dir))[0] == 0
+
+
+SECRET = "sk-shardtest-5f0c1e9a7b3d"
+"""An API key no file of the run, no shard's argv and no shard's environment may hold."""
+
+
+def test_the_api_key_reaches_the_shards_on_a_pipe_only(sim, tmp_path, monkeypatch):
+    monkeypatch.setenv("SOAK_SHARD_TEST_KEY", SECRET)  # the runner reads it; shards must not
+    out = tmp_path / "runs"
+    flags = ("--shards", "2", "--concurrency", "4", "--duration", "3", "--max-tokens", "8")
+    args = run_args(sim, out, *flags, "--api-key-env", "SOAK_SHARD_TEST_KEY")
+    p = soaktop(*args)
+    try:
+        runner = _runner_pid(out)
+        procs = [psutil.Process(pid) for pid in _shard_pids(runner)]
+        seen = [(p.cmdline(), p.environ()) for p in procs]
+        text, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    for argv, env in seen:
+        assert not any(SECRET in a for a in argv), argv
+        assert not any(SECRET in v for v in env.values()), "a shard's environment holds the key"
+    run_dir = only_run_dir(out)
+    assert record(run_dir)["shards"], text
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+    assert SECRET not in text
+
+
+@pytest.mark.parametrize("to_group", [False, True], ids=["runner", "process-group"])
+def test_sigterm_stops_a_sharded_run_gracefully_with_every_shards_results(sim, tmp_path, to_group):
+    # systemd's stop (and `kill -TERM -PGID`) sends SIGTERM to every process of the run:
+    # a shard must leave its ending to the coordinator, not die of it and be "lost".
+    out = tmp_path / "runs"
+    flags = ("--shards", "2", "--concurrency", "4", "--duration", "30", "--max-tokens", "16")
+    p = soaktop(*run_args(sim, out, *flags))
+    try:
+        runner = _runner_pid(out)
+        _shard_pids(runner)
+        run_dir = only_run_dir(out)
+        _in_load(run_dir)
+        time.sleep(1.5)
+        if to_group:
+            os.killpg(os.getpgid(runner), signal.SIGTERM)
+        else:
+            os.kill(runner, signal.SIGTERM)
+        text, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    rec = record(run_dir)
+    assert not any(r["code"] == "shard_lost" for r in rec["reasons"]), rec["reasons"]
+    assert [s["status"] for s in rec["shards"]] == ["done", "done"], rec["shards"]
+    assert all(s["requests"] > 0 for s in rec["shards"]), rec["shards"]
+    assert sum(s["requests"] for s in rec["shards"]) == len(journal(run_dir)), text
     assert run_soaktop("verify", str(run_dir))[0] == 0
