@@ -27,6 +27,7 @@ from loadgen import eventloop
 from loadgen.client import StreamClient
 from loadgen.envelope import RequestResult
 from loadgen.prompts import BodyBuilder, Prompt, PromptPool
+from loadgen.read_health import PROCESS_TALLY
 from loadgen.workers import LoadGenerator, LoadPlan, StreamingClient
 from probes.host import LoopLagMonitor, raise_fd_limit
 from soak.run.shard_protocol import encode_result, global_index, message
@@ -144,6 +145,10 @@ class Shard:
             "lag_p99_s": p99,
             "cpu_s": round(use.ru_utime + use.ru_stime, 3),
             "requests": self.sent,
+            # The socket samples its streams took (cumulative): the coordinator's
+            # client_behind judges the processes that read the streams.
+            "q_samples": PROCESS_TALLY.samples,
+            "q_hits": PROCESS_TALLY.hits,
         }
 
     async def heartbeat(self) -> None:

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from loadgen.envelope import RequestResult
 from loadgen.prompts import BodyBuilder, PromptPool
+from loadgen.read_health import ReadTally
 from loadgen.workers import LoadGenerator, LoadPlan, StreamingClient
 from soak.judge.shard_reasons import shard_name
 from soak.record.models import ShardInfo
@@ -73,6 +74,9 @@ class ShardLink:
     exit_code: int | None = None
     lost_at_s: float | None = None
     in_flight_at_loss: int | None = None
+    q_samples: int = 0
+    q_hits: int = 0
+    """Its socket samples (and those that found bytes queued) as last reported."""
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the process has exited and its output is read."""
 
@@ -106,6 +110,10 @@ class ShardedGenerator(LoadGenerator):
         self._max_concurrency = per_shard * shards
         self._events_ended = asyncio.Event()
         """Set when every shard has ended its issue window (or is lost)."""
+        self._read_tally: ReadTally | None = getattr(client, "read_tally", None)
+        """The tally the run's live stats read (the coordinator's client's, which streams
+        nothing here): the shards' socket samples are added to it, so ``client_behind``
+        judges the shards, the processes that read the streams."""
 
     # -- the shard processes ---------------------------------------------------------------
 
@@ -203,6 +211,7 @@ class ShardedGenerator(LoadGenerator):
         elif kind == "hb":
             link.beat = msg
             self._merge_counts()
+            self._add_reads(link, msg)
         elif kind == "issue_end":
             link.issue_ended = True
             link.issue_reason = msg.get("reason")
@@ -211,6 +220,19 @@ class ShardedGenerator(LoadGenerator):
             link.done = link.beat = msg
             link.issue_ended = True
             self._merge_counts()
+            self._add_reads(link, msg)
+
+    def _add_reads(self, link: ShardLink, msg: Mapping[str, Any]) -> None:
+        """A shard's socket samples since its last report, into the run's read tally
+        (a report says its cumulative counts; a malformed one adds nothing)."""
+        tally, samples, hits = self._read_tally, msg.get("q_samples"), msg.get("q_hits")
+        if tally is None or not isinstance(samples, int) or not isinstance(hits, int):
+            return
+        new_samples, new_hits = samples - link.q_samples, hits - link.q_hits
+        if new_samples >= 0 and 0 <= new_hits <= new_samples:
+            tally.samples += new_samples
+            tally.hits += new_hits
+            link.q_samples, link.q_hits = samples, hits
 
     def _check_issue_end(self) -> None:
         if all(lk.issue_ended or lk.status == "lost" for lk in self.links):

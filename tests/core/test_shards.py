@@ -227,3 +227,33 @@ async def test_a_shards_stderr_flood_is_capped_in_runner_log(capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 11 and err[9] == "shard 0 (the 1st of 2): warning 9"
     assert err[10] == "shard 0 (the 1st of 2): 40 more stderr lines not copied"
+
+
+def test_the_shards_socket_samples_reach_the_runs_read_tally():
+    """The shards read the streams, so their socket samples are what ``client_behind``
+    must judge: each report's cumulative counts add their increase to the tally the run's
+    live stats read (the coordinator's own client streams nothing)."""
+    from types import SimpleNamespace
+
+    from loadgen.read_health import ReadTally
+    from soak.run.shards import ShardedGenerator
+
+    tally = ReadTally()
+    client = SimpleNamespace(read_tally=tally)
+    pool = PromptPool(tuple(Prompt(i, f"p{i}") for i in range(3)), "test")
+    plan = LoadPlan(
+        endpoints=("http://x",), concurrency=4, duration_s=1.0, max_requests=None,
+        drain_timeout_s=5, barrier_timeout_s=5, request_id_prefix="run/load/chat",
+    )  # fmt: skip
+    sink = SimpleNamespace(on_result=lambda r: None)
+    gen = ShardedGenerator(
+        plan, client, pool, BodyBuilder(model="m"), sink,  # type: ignore[arg-type]
+        shards=2, client_spec={"max_connections": 8},
+    )  # fmt: skip
+    one, two = gen.links
+    gen._on_status(one, {"t": "hb", "q_samples": 40, "q_hits": 30})
+    gen._on_status(two, {"t": "hb", "q_samples": 10, "q_hits": 0})
+    gen._on_status(one, {"t": "hb", "q_samples": 100, "q_hits": 80})  # +60 / +50
+    gen._on_status(two, {"t": "hb", "q_samples": "x"})  # malformed: adds nothing
+    gen._on_status(two, {"t": "done", "q_samples": 30, "q_hits": 5})  # +20 / +5
+    assert (tally.samples, tally.hits) == (130, 85)
