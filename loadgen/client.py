@@ -42,7 +42,9 @@ connection). A request that fails again is classified as any other.
 
 Authorization (or any header given to the client) is never logged nor stored; failure
 details are scrubbed of header values. What tells failures apart (client-side errnos, a
-stale pooled connection, a server's error message) is :mod:`loadgen.client_errors`.
+stale pooled connection, a server's error message) is :mod:`loadgen.client_errors`; how a
+request's end is classified with them (a stream's conclusion, a non-200, an exception) is
+:mod:`loadgen.client_verdict`.
 """
 
 from __future__ import annotations
@@ -59,9 +61,9 @@ import aiohttp
 from loadgen.answer_contract import AnswerContract
 from loadgen.answer_text import AnswerText
 from loadgen.client_conn import resend_after, tune_connection
-from loadgen.client_errors import client_side, message_from_body, trunc
+from loadgen.client_errors import message_from_body, trunc
+from loadgen.client_verdict import ERROR_BODY_MAX, classify, conclude, read_error
 from loadgen.envelope import FailureClass, RequestResult
-from loadgen.outcome import is_empty_stream, usage_problem
 from loadgen.read_health import (
     FIRST_SAMPLE,
     NOT_SAMPLED,
@@ -71,13 +73,10 @@ from loadgen.read_health import (
     ReadTally,
     queue_probe,
 )
-from loadgen.sanity import check
 from loadgen.sse import SSEParser
 
 __all__ = ["StreamClient"]
 
-ERROR_BODY_MAX: Final = 64 * 1024
-"""Most bytes read from a non-200 response body (for its error message)."""
 DRAIN_AFTER_DONE_S: Final = 2.0
 """After ``[DONE]``, wait at most this long for the end of the HTTP body, so the connection
 goes back to the pool; past it the connection is closed (the result is already final)."""
@@ -314,12 +313,10 @@ class StreamClient:
                         got_headers = True
                         status = result.status = resp.status
                         if status != 200:
-                            await self._read_error(resp, result)
+                            await read_error(resp, result, self._scrub)
                             return result
                         watch = self._watch(resp, now)
-                        contract, answer = self._answer_checks(result)
-                        calls = contract.collector() if contract is not None else None
-                        parser = SSEParser(self.sanity_checks, answer, calls)
+                        contract, answer, parser = self._parser_for(result)
                         # The read loop, inline: every await level costs each read a resume.
                         feed = parser.feed
                         readany = resp.content.readany
@@ -330,11 +327,7 @@ class StreamClient:
                         chunks = 0
                         coalesced = 0
                         want_content = True
-                        # The receive queue, sampled (loadgen.read_health): a countdown of
-                        # token events; a socket that cannot be asked never reaches 0.
-                        probe = queue_probe(resp) if self.sample_queue else None
-                        left = FIRST_SAMPLE if probe is not None else NOT_SAMPLED
-                        tally = self.read_tally
+                        probe, left, tally = self._queue_sampling(resp)
                         try:
                             while True:
                                 data = await readany()
@@ -361,15 +354,8 @@ class StreamClient:
                                 if parser.stopped or not data:
                                     break
                         finally:  # also when a read fails or is cancelled: keep the measures
-                            self._watched.discard(watch)
-                            result.chunks = chunks
-                            result.coalesced = coalesced
-                            result.finish_reason = parser.finish_reason
-                            result.prompt_tokens = parser.prompt_tokens
-                            result.output_tokens = parser.completion_tokens
-                        if self._conclude(resp, result, parser, now):
-                            await self._drain(resp)
-                        self._judge_answer(result, parser, contract, answer)
+                            self._read_ended(watch, result, parser, chunks, coalesced)
+                        await self._after_stream(resp, result, parser, now, contract, answer)
                     return result
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                     if not resend_after(exc, result, attempt["reused"], got_headers):
@@ -382,23 +368,62 @@ class StreamClient:
             self._failed(exc, result, got_headers, watch)
         return result
 
-    def _answer_checks(
+    def _parser_for(
         self, result: RequestResult
-    ) -> tuple[AnswerContract | None, AnswerText | None]:
-        """A mix class's answer contract, and the answer's text kept for it or for a
-        conversation's next turn (None, None: a plain request keeps no text)."""
+    ) -> tuple[AnswerContract | None, AnswerText | None, SSEParser]:
+        """A mix class's answer contract, the answer's text kept for it or for a
+        conversation's next turn (None, None: a plain request keeps no text), and the
+        stream's parser (collecting the tool calls a contract checks)."""
         contract = self._contracts.get(result.workload_class)
-        return contract, AnswerText() if result.turn is not None or contract else None
+        answer = AnswerText() if result.turn is not None or contract else None
+        calls = contract.collector() if contract is not None else None
+        return contract, answer, SSEParser(self.sanity_checks, answer, calls)
 
-    def _judge_answer(
+    def _queue_sampling(
+        self, resp: aiohttp.ClientResponse
+    ) -> tuple[QueueProbe | None, int, ReadTally]:
+        """The receive queue, sampled (loadgen.read_health): the stream's probe, its
+        countdown of token events (a socket that cannot be asked never reaches 0), and
+        the tally the samples go to."""
+        probe = queue_probe(resp) if self.sample_queue else None
+        left = FIRST_SAMPLE if probe is not None else NOT_SAMPLED
+        return probe, left, self.read_tally
+
+    def _read_ended(
+        self, watch: _Watch, r: RequestResult, parser: SSEParser, chunks: int, coalesced: int
+    ) -> None:
+        """The read loop ended (done, failed or cancelled): the stream leaves the watchdog,
+        and its measures and the parser's counts go on the result."""
+        self._watched.discard(watch)
+        r.chunks = chunks
+        r.coalesced = coalesced
+        r.finish_reason = parser.finish_reason
+        r.prompt_tokens = parser.prompt_tokens
+        r.output_tokens = parser.completion_tokens
+
+    async def _after_stream(
         self,
+        resp: aiohttp.ClientResponse,
         result: RequestResult,
         parser: SSEParser,
+        now: int,
         contract: AnswerContract | None,
         answer: AnswerText | None,
     ) -> None:
-        """After the stream: the contract judged on a completed answer; a turn's answer
-        handed back (the next turn's history)."""
+        """After the stream: its conclusion (:mod:`loadgen.client_verdict`), the body
+        drained when the connection can be reused, the contract judged on a completed
+        answer, a turn's answer handed back (the next turn's history)."""
+        concluded = conclude(
+            resp,
+            result,
+            parser,
+            now,
+            self._scrub,
+            sanity_checks=self.sanity_checks,
+            ignore_eos=self.ignore_eos,
+        )
+        if concluded:
+            await self._drain(resp)
         if contract is not None and result.ok:
             contract.judge(result, parser.text, self._scrub, parser.calls)
         if answer is not None:
@@ -420,58 +445,7 @@ class StreamClient:
             r.failure = FailureClass.READ_TIMEOUT
             r.failure_detail = f"no bytes for {self.read_timeout_s:g} s (watchdog)"
         else:
-            self._classify(exc, r, got_headers)
-
-    def _conclude(
-        self, resp: aiohttp.ClientResponse, r: RequestResult, parser: SSEParser, now: int
-    ) -> bool:
-        """Classify a stream whose reading ended; True if the body should be drained."""
-        if parser.done:
-            r.end_ns = now
-            # Once per request, from what the parser kept: [DONE] alone is no success.
-            problem = usage_problem(parser.usage, r.max_tokens)
-            if problem is not None:
-                r.failure = FailureClass.BAD_USAGE
-                r.failure_detail = self._scrub(problem)
-                r.prompt_tokens = r.output_tokens = None  # never in any token total
-            elif is_empty_stream(r.chunks, r.finish_reason, r.output_tokens):
-                r.failure = FailureClass.EMPTY_STREAM
-                r.failure_detail = self._scrub(
-                    f"HTTP 200 stream reached [DONE] with no token-carrying chunk "
-                    f"({parser.events} events, finish_reason {r.finish_reason!r}, "
-                    f"usage.completion_tokens {r.output_tokens!r})"
-                )
-            elif self.sanity_checks:
-                r.sanity = self._sanity(r, parser)
-            return True
-        if parser.failure is not None:
-            r.failure = parser.failure
-            r.failure_detail = self._scrub(parser.failure_detail or "")
-            return parser.failure is FailureClass.ERROR_EVENT  # vLLM then sends [DONE]
-        if parser.events == 0 and parser.head:
-            r.failure = FailureClass.MALFORMED
-            ctype = resp.headers.get("Content-Type", "?")
-            r.failure_detail = self._scrub(
-                f"HTTP 200 body held no SSE event (Content-Type {ctype}): {parser.head!r}"
-            )
-        else:
-            r.failure = FailureClass.STREAM_CUT
-            r.failure_detail = (
-                f"stream ended before [DONE] after {parser.events} events, {r.chunks} token chunks"
-            )
-        return False
-
-    def _sanity(self, r: RequestResult, parser: SSEParser) -> tuple[str, ...]:
-        """The sanity flags of a completed stream (once, at its end)."""
-        text = parser.text
-        facts = text.facts() if text is not None and parser.content_seen else None
-        return check(
-            facts,
-            finish_reason=r.finish_reason,
-            output_tokens=r.output_tokens if r.output_tokens is not None else r.chunks,
-            max_tokens=r.max_tokens,
-            ignore_eos=self.ignore_eos,
-        )
+            classify(exc, r, got_headers, read_timeout_s=self.read_timeout_s, scrub=self._scrub)
 
     @staticmethod
     async def _drain(resp: aiohttp.ClientResponse) -> None:
@@ -486,50 +460,6 @@ class StreamClient:
                     pass
         except (TimeoutError, aiohttp.ClientError, OSError):
             resp.close()
-
-    async def _read_error(self, resp: aiohttp.ClientResponse, r: RequestResult) -> None:
-        status = resp.status
-        r.failure = (
-            FailureClass.HTTP_5XX
-            if status >= 500
-            else FailureClass.HTTP_4XX
-            if status >= 400
-            else FailureClass.MALFORMED  # 1xx/2xx/3xx other than 200: not a stream
-        )
-        try:
-            body = await resp.content.read(ERROR_BODY_MAX)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            body = f"<error body unreadable: {type(exc).__name__}>".encode()
-        r.failure_detail = self._scrub(f"HTTP {status}: {message_from_body(body)}")
-
-    def _classify(self, exc: Exception, r: RequestResult, got_headers: bool) -> None:
-        name = type(exc).__name__
-        failure: FailureClass
-        ours = client_side(exc)
-        if ours is not None:  # this host ran out of fds/buffers: not the server
-            r.failure = FailureClass.CLIENT
-            r.failure_detail = self._scrub(trunc(f"{ours}; {name}: {exc}"))
-            return
-        if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            failure = FailureClass.CONNECT
-        elif isinstance(exc, TimeoutError):  # SocketTimeoutError (sock_read)
-            r.failure = FailureClass.READ_TIMEOUT
-            r.failure_detail = f"{name}: no bytes for {self.read_timeout_s:g} s"
-            return
-        elif isinstance(exc, aiohttp.ClientConnectorError):
-            failure = FailureClass.CONNECT
-        elif isinstance(exc, aiohttp.ClientPayloadError):
-            failure = FailureClass.STREAM_CUT
-        elif isinstance(exc, aiohttp.ClientResponseError):
-            failure = FailureClass.MALFORMED  # the HTTP response itself was invalid
-        elif isinstance(exc, aiohttp.InvalidURL):
-            failure = FailureClass.CLIENT
-        elif isinstance(exc, aiohttp.ClientError | ConnectionError | OSError):
-            failure = FailureClass.STREAM_CUT if got_headers else FailureClass.CONNECT
-        else:
-            failure = FailureClass.CLIENT
-        r.failure = failure
-        r.failure_detail = self._scrub(trunc(f"{name}: {exc}"))
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:

@@ -7,7 +7,7 @@
 - A non-200 body's error message, from the JSON error shapes engines send
   (``message_from_body``).
 
-Failure details are cut at ``loadgen.sse.DETAIL_MAX`` characters (``trunc``).
+Failure details are cut at ``loadgen.sse_detail.DETAIL_MAX`` characters (``trunc``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Final
 import aiohttp
 import orjson
 
-from loadgen.sse import DETAIL_MAX, error_message
+from loadgen.sse_detail import DETAIL_MAX, error_message
 
 CLIENT_ERRNOS: Final = {
     errno.EMFILE: "too many open files",

@@ -36,15 +36,25 @@ re-copies and re-scans what is held, cost loop CPU quadratic in its length.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import orjson
 
 from loadgen.envelope import FailureClass
 from loadgen.sanity import COLLECT_MAX_BYTES, VisibleText, value_unit
+from loadgen.sse_detail import BYTES_MAX, DETAIL_MAX, error_message, excerpt, trunc
 from loadgen.tool_call_text import ToolCallText
 
-__all__ = ["MAX_EVENT_BYTES", "NO_TOKEN", "REASONING", "VISIBLE", "SSEParser", "error_message"]
+# DETAIL_MAX and error_message live in loadgen.sse_detail; importable from here too.
+__all__ = [
+    "DETAIL_MAX",
+    "MAX_EVENT_BYTES",
+    "NO_TOKEN",
+    "REASONING",
+    "VISIBLE",
+    "SSEParser",
+    "error_message",
+]
 
 NO_TOKEN: Final = 0
 """Event carries no token (role-only chunk, finish/usage-only chunk, comment)."""
@@ -53,10 +63,6 @@ REASONING: Final = 1
 VISIBLE: Final = 2
 """Event carries visible output: ``content``, ``text`` or a tool-call delta."""
 
-DETAIL_MAX: Final = 300
-"""Longest failure detail kept (characters)."""
-BYTES_MAX: Final = 120
-"""Longest excerpt of offending bytes kept in a malformed-SSE detail."""
 MAX_EVENT_BYTES: Final = 1024 * 1024
 """Most bytes held for one unfinished SSE event (1 MiB); past it the stream is
 ``malformed_sse``. A real vLLM token event is under 2 KB; a final usage chunk or a large
@@ -88,49 +94,6 @@ _RBRACE: Final = 0x7D
 _NL: Final = 0x0A
 _SPACE: Final = 0x20
 _BACKSLASH: Final = 0x5C
-
-
-def _trunc(text: str, limit: int = DETAIL_MAX) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _excerpt(raw: bytes) -> str:
-    """The offending bytes, truncated, as a readable Python bytes literal."""
-    if len(raw) <= BYTES_MAX:
-        return repr(raw)
-    return repr(raw[:BYTES_MAX]) + f"…(+{len(raw) - BYTES_MAX} bytes)"
-
-
-def error_message(obj: Any) -> str | None:
-    """The human message of an OpenAI-style error body, or ``None`` if ``obj`` is no error.
-
-    Shapes: ``{"error": {"message", "type", "code", ...}}`` (OpenAI, vLLM ≥ 0.10.1, SGLang,
-    llama.cpp), ``{"error": "text", "error_type": ...}`` (TGI), vLLM's older flat
-    ``{"object": "error", "message", "type", "code"}``, and FastAPI's ``{"detail": ...}``.
-    """
-    if not isinstance(obj, dict):
-        return None
-    err = obj.get("error")
-    src: dict[str, Any]
-    if isinstance(err, dict):
-        src = err
-    elif isinstance(err, str) and err:
-        kind = obj.get("error_type") or obj.get("type")
-        return _trunc(f"{err} [type={kind}]" if kind else err)
-    elif obj.get("object") == "error":
-        src = obj
-    elif err:  # some other truthy error value
-        return _trunc(str(err))
-    elif "detail" in obj and len(obj) == 1:
-        return _trunc(str(obj["detail"]))
-    else:
-        return None
-    msg = src.get("message")
-    text = str(msg) if msg is not None else orjson.dumps(src).decode(errors="replace")
-    extra = [f"{k}={src[k]}" for k in ("type", "code") if src.get(k) is not None]
-    if extra:
-        text = f"{text} [{', '.join(extra)}]"
-    return _trunc(text)
 
 
 class SSEParser:
@@ -308,7 +271,7 @@ class SSEParser:
         self._fail(
             FailureClass.MALFORMED,
             f"an SSE event grew past {MAX_EVENT_BYTES // (1024 * 1024)} MiB without its "
-            f"end (blank line): {_excerpt(rest)}",
+            f"end (blank line): {excerpt(rest)}",
         )
 
     def close(self) -> int:
@@ -358,7 +321,7 @@ class SSEParser:
                 msg = None
             self._fail(
                 FailureClass.ERROR_EVENT,
-                msg or _trunc("event: error: " + payload.decode(errors="replace")),
+                msg or trunc("event: error: " + payload.decode(errors="replace")),
             )
             return NO_TOKEN
         return self._payload(payload, 0, len(payload))
@@ -456,10 +419,10 @@ class SSEParser:
         try:
             obj = orjson.loads(stripped)
         except orjson.JSONDecodeError as exc:
-            self._fail(FailureClass.MALFORMED, f"invalid JSON in SSE data ({exc}): {_excerpt(raw)}")
+            self._fail(FailureClass.MALFORMED, f"invalid JSON in SSE data ({exc}): {excerpt(raw)}")
             return NO_TOKEN
         if not isinstance(obj, dict):
-            self._fail(FailureClass.MALFORMED, f"SSE data is not a JSON object: {_excerpt(raw)}")
+            self._fail(FailureClass.MALFORMED, f"SSE data is not a JSON object: {excerpt(raw)}")
             return NO_TOKEN
         msg = error_message(obj) if ("error" in obj or obj.get("object") == "error") else None
         if msg is not None:
@@ -506,5 +469,5 @@ class SSEParser:
 
     def _fail(self, failure: FailureClass, detail: str) -> None:
         self.failure = failure
-        self.failure_detail = _trunc(detail)
+        self.failure_detail = trunc(detail)
         self.stopped = True

@@ -433,7 +433,7 @@ def test_classify_looks_through_wrapped_errors() -> None:
 
     def classify(exc: Exception) -> RequestResult:
         r = RequestResult(request_id="r", worker=0, prompt_id=0, sent_ns=0)
-        c._classify(exc, r, got_headers=False)
+        c._failed(exc, r, got_headers=False, watch=None)
         return r
 
     try:
