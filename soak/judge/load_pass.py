@@ -34,7 +34,8 @@ from soak.judge.goodput import good_line, sweep_of
 from soak.record.class_figures import ClassTallies, class_section, mix_classes
 from soak.record.models import LoadStep, LoadSummary, SweepResult, WorkloadClassFigures
 from soak.record.step_figures import StepCounts, StepTallies, step_sections
-from soak.record.summary import ItlShare, LineOffer, LoadTally, LoadTiming, read_load
+from soak.record.summary import LineOffer, LoadTally, LoadTiming, read_load
+from soak.record.tally_samples import ItlShare
 from soak.record.turn_figures import conversation_tallies
 
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from loadgen.stats import PercentileMethod
 from soak.record.models import WorkloadClassFigures
-from soak.record.summary import ItlShare, KeyedTallies, LoadTally, LoadTiming, read_load
+from soak.record.summary import KeyedTallies, LoadTally, LoadTiming, read_load
+from soak.record.tally_samples import ItlShare
 
 __all__ = [
     "ClassTallies",

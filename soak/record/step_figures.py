@@ -36,7 +36,8 @@ from typing import Any
 
 from loadgen.stats import PercentileMethod
 from soak.record.models import LoadStep, SweepResult
-from soak.record.summary import ItlShare, LoadTally, LoadTiming, read_load
+from soak.record.summary import LoadTally, LoadTiming, read_load
+from soak.record.tally_samples import ItlShare
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 One function, one source of truth: the record's load figures are whatever this function
 says about the journal, so anyone can recompute them from the files in the run directory.
+How a tally holds its samples (typed arrays, the gaps shared by every tally of a read) is
+:mod:`soak.record.tally_samples`.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from loadgen.outcome import usage_disagrees
-from loadgen.stats import LatencyStats, PercentileMethod, percentile, summarize
+from loadgen.stats import PercentileMethod, summarize
 from soak.record.journal import read_jsonl
 from soak.record.models import LoadSummary
+from soak.record.tally_samples import ItlShare, samples_view, stats_of_owned
 
 
 @dataclass
@@ -177,89 +178,6 @@ def summarize_slices(
     return whole.summary(whole_timing, method), [
         t.summary(s.timing, method) for s, t in zip(slices, tallies, strict=True)
     ]
-
-
-class ItlShare:
-    """The inter-token gaps of every line of one read, held once for all its tallies: the
-    gaps are by far the most numerous samples (one per token), so the whole load's tally
-    and its slices' each keep only an index per line into this one buffer
-    (:meth:`of`), and each tally's gaps are taken from it when its summary is made
-    (:meth:`seconds`).
-
-    Stored as the journal has them, whole microseconds in a C ``int`` (4 bytes a gap),
-    converted to seconds once at the end, vectorised: the same float64 division the
-    figures always took, so the same values. A gap the ``int`` cannot hold (over ~35
-    minutes) or one not a whole number widens the buffer to float64 for the rest of the
-    read, exact still, so no gap is ever clipped or rounded."""
-
-    __slots__ = ("gaps_us", "line", "starts")
-
-    def __init__(self) -> None:
-        self.line: dict[str, Any] | None = None
-        self.gaps_us: array[Any] = array("i")
-        """Every gap of the read, µs, line after line."""
-        self.starts: array[int] = array("q")
-        """Where each line's gaps begin in ``gaps_us`` (a line ends where the next one
-        begins)."""
-
-    def of(self, line: dict[str, Any], gaps: list[int]) -> int:
-        """The index of ``line``'s gaps in this share (stored on the first tally's call:
-        ``fromlist``, at C speed, and all or nothing)."""
-        if line is not self.line:  # the last line is held: an identity cannot be reused
-            self.line = line
-            buf = self.gaps_us
-            self.starts.append(len(buf))
-            try:
-                buf.fromlist(gaps)
-            except (OverflowError, TypeError):  # past a C int, or not a whole number
-                if buf.typecode == "d":
-                    raise
-                self.gaps_us = buf = array("d", buf)
-                buf.fromlist(gaps)
-        return len(self.starts) - 1
-
-    def seconds(self, lines: array[int]) -> np.ndarray:
-        """The gaps of the lines at ``lines`` (indices from :meth:`of`, each once, as a
-        tally takes a line once), in seconds: a new float64 array, the caller's own."""
-        buf = self.gaps_us
-        gaps = np.frombuffer(buf, dtype=np.intc if buf.typecode == "i" else np.float64)
-        if len(lines) < len(self.starts):
-            # A slice's lines: mark each one's first gap +1 and the gap after its last −1;
-            # the running sum is then 1 on exactly its gaps (1 byte a gap, not an index).
-            starts = np.frombuffer(self.starts, dtype=np.int64)
-            ends = np.append(starts[1:], gaps.size)
-            taken = np.frombuffer(lines, dtype=np.uintc)
-            marks = np.zeros(gaps.size + 1, dtype=np.int8)
-            marks[starts[taken]] = 1
-            marks[ends[taken]] -= 1
-            gaps = gaps[np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)]
-        seconds = gaps.astype(np.float64)  # a copy always: the share's buffer stays as is
-        seconds /= 1e6
-        return seconds
-
-
-def stats_of_owned(values: np.ndarray, method: PercentileMethod) -> LatencyStats:
-    """:func:`loadgen.stats.summarize` of an array the caller owns and gives up, sorted in
-    place: the same figures without summarize's sorted copy, which for the gaps (one per
-    token of the load) would double the read's peak memory at its end."""
-    if values.size == 0:
-        return summarize(values, method)
-    values.sort()
-    p50, p90, p99 = (percentile(values, q, method) for q in (50.0, 90.0, 99.0))
-    return LatencyStats(
-        p50=p50,
-        p90=p90,
-        p99=p99,
-        max=float(values[-1]),
-        mean=float(values.mean()),
-        method=method,
-        n=int(values.size),
-    )
-
-
-def _samples(values: array[float]) -> np.ndarray:
-    """A tally's samples as an array (a view: no copy until summarize sorts them)."""
-    return np.frombuffer(values, dtype=np.float64)
 
 
 class KeyedTallies:
@@ -458,9 +376,9 @@ def _open_loop_figures(
         # Every judged request is sent inside the issue window: its arrivals' lines are
         # the starts (a session's later turns are not the schedule's, so not counted).
         "achieved_rate": sched.arrivals / issue_s if issue_s else None,
-        "lateness_s": summarize(_samples(sched.late), m),
-        "ttft_from_intended_s": summarize(_samples(sched.ttft), m),
-        "e2e_from_intended_s": summarize(_samples(sched.e2e), m),
+        "lateness_s": summarize(samples_view(sched.late), m),
+        "ttft_from_intended_s": summarize(samples_view(sched.ttft), m),
+        "e2e_from_intended_s": summarize(samples_view(sched.e2e), m),
         "held_by_cap": timing.held_by_cap,
     }
 
@@ -506,12 +424,12 @@ def _summary(
         output_tokens_per_s=t.output_tokens / elapsed if elapsed else None,
         output_tokens_per_s_issue_window=t.window_tokens / issue_s if issue_s else None,
         requests_per_s=t.completed / elapsed if elapsed else None,
-        ttft_s=summarize(_samples(t.ttft), method),
-        e2e_s=summarize(_samples(t.e2e), method),
+        ttft_s=summarize(samples_view(t.ttft), method),
+        e2e_s=summarize(samples_view(t.e2e), method),
         itl_s=stats_of_owned(t.share.seconds(t.itl_lines), method),
-        tpot_s=summarize(_samples(t.tpot), method),
-        ttfb_s=summarize(_samples(t.ttfb), method),
-        first_content_s=summarize(_samples(t.fc), method),
+        tpot_s=summarize(samples_view(t.tpot), method),
+        ttfb_s=summarize(samples_view(t.ttfb), method),
+        first_content_s=summarize(samples_view(t.fc), method),
         input_tokens_mean=t.prompt_tokens / with_usage if with_usage else None,
     )
 

@@ -30,7 +30,8 @@ from typing import Any
 
 from loadgen.stats import PercentileMethod
 from soak.record.models import LoadSummary, SessionFigures, TurnFigures
-from soak.record.summary import ItlShare, KeyedTallies, LoadTally, LoadTiming, read_load
+from soak.record.summary import KeyedTallies, LoadTally, LoadTiming, read_load
+from soak.record.tally_samples import ItlShare
 
 __all__ = ["TurnTallies", "conversation_fields", "conversation_tallies", "turn_figures"]
 

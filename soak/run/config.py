@@ -12,16 +12,16 @@ layers are merged by :func:`soak.run.config_load.load_config`.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from soak.judge import limits
-from soak.run.config_checks import file_problem, log_problem, out_problem, url_problem, which
+from soak.run.config_checks import file_problem, log_problem, out_problem, url_problem
 from soak.run.config_mix import MixSpec, read_mix_value
 from soak.run.config_shards import Shards, shards_problem
+from soak.run.config_telemetry import command_problem, required_kinds, sources_problem
 from soak.run.config_turns import MAX_TURNS, ThinkTime, turns_problem
 
 
@@ -286,26 +286,12 @@ class RunConfig(BaseModel):
     @field_validator("require_telemetry", mode="before")
     @classmethod
     def _check_required(cls, v: Any) -> Any:
-        from soak.judge.coverage import parse_required
-
-        if isinstance(v, str):
-            v = v.split(",")
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            return v  # pydantic's own error names the type
-        return parse_required([x for x in v if x.strip()])
+        return required_kinds(v)
 
     @model_validator(mode="after")
     def _check_required_sources(self) -> RunConfig:
-        if "gpu" in self.require_telemetry and not self.gpu_telemetry:
-            raise ValueError(
-                "require_telemetry names gpu but no GPU source is configured (nvml is off "
-                "and no dcgm URL): drop gpu or give --dcgm URL / drop --no-nvml"
-            )
-        if "log" in self.require_telemetry and not (self.server_log or self.server_log_cmd):
-            raise ValueError(
-                "require_telemetry names log but no server log is followed: give "
-                "--server-log PATH or --server-log-cmd CMD, or drop log"
-            )
+        if (why := sources_problem(self)) is not None:
+            raise ValueError(why)
         if self.warmup is not None and self.matrix:
             raise ValueError(
                 f"warmup = {self.warmup!r} is for a steady soak; a matrix has its own "
@@ -349,14 +335,8 @@ class RunConfig(BaseModel):
     @classmethod
     def _check_commands(cls, v: list[str]) -> list[str]:
         for cmd in v:
-            try:
-                argv = shlex.split(cmd)
-            except ValueError as e:
-                raise ValueError(f"{cmd!r} is not a command line: {e}") from None
-            if not argv:
-                raise ValueError("an empty command; give e.g. 'docker logs -f vllm'")
-            if which(argv[0]) is None:
-                raise ValueError(f"{cmd!r}: the program {argv[0]!r} is not found on PATH")
+            if (why := command_problem(cmd)) is not None:
+                raise ValueError(why)
         return v
 
     @field_validator("recipe", mode="before")

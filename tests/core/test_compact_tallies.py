@@ -14,13 +14,8 @@ import numpy as np
 import pytest
 
 from loadgen.stats import PercentileMethod, summarize
-from soak.record.summary import (
-    ItlShare,
-    KeyedTallies,
-    LoadTally,
-    LoadTiming,
-    stats_of_owned,
-)
+from soak.record.summary import KeyedTallies, LoadTally, LoadTiming
+from soak.record.tally_samples import ItlShare, stats_of_owned
 
 METHODS: list[PercentileMethod] = ["nearest-rank", "linear"]
 

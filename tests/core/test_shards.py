@@ -15,6 +15,7 @@ from soak.judge.shard_reasons import shard_name, shard_reasons
 from soak.record.models import RunRecord, ShardInfo, Status
 from soak.run.config import ConfigError
 from soak.run.config_load import load_config
+from soak.run.shard_links import copy_shard_log
 from soak.run.shard_main import ShardWorkers, pool_from_spec, pool_spec
 from soak.run.shard_protocol import (
     decode_result,
@@ -24,7 +25,6 @@ from soak.run.shard_protocol import (
     shard_endpoints,
     share,
 )
-from soak.run.shards import copy_shard_log
 
 BASE = {"endpoints": ["http://127.0.0.1:8000"], "model": "tiny"}
 
