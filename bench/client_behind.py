@@ -26,6 +26,10 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loadgen.envelope import RequestResult
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -37,24 +41,12 @@ RUNS = ((256, True), (256, False), (1024, True), (1024, False), (2048, True))
 
 async def drive(url: str, streams: int, seconds: float, sample: bool) -> dict[str, object]:
     """One closed-loop load of ``streams`` workers for ``seconds``; its figures."""
-    import numpy as np
-
     from loadgen.client import StreamClient
     from loadgen.envelope import RequestResult
     from loadgen.live import LiveLoadStats, behind_health
-    from loadgen.stats import percentile
     from soak.judge.limits import MAX_CLIENT_BEHIND
 
-    body = json.dumps(
-        {
-            "model": "tiny",
-            "prompt": "hello " * 32,
-            "max_tokens": OUTPUT_LEN,
-            "ignore_eos": True,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-    ).encode()
+    body = _request_body()
     live = LiveLoadStats(window_s=10)
     results: list[RequestResult] = []
     lags: list[float] = []
@@ -102,21 +94,47 @@ async def drive(url: str, streams: int, seconds: float, sample: bool) -> dict[st
     for r in results:  # a cut stream's reads count too
         if r.cancelled:
             live.record(_uncut(r), now_s())
-    tokens = sum(r.chunks for r in results)
-    gaps = np.sort(np.concatenate([np.asarray(r.itl_ns, dtype=np.float64) for r in results]))
-    lag = np.sort(np.asarray(lags))
     cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-    fig = behind_health(live)
     return {
         "streams": streams,
         "sampling": sample,
+        **_figures(results, lags, cpu, span),
+        **behind_health(live),
+    }
+
+
+def _request_body() -> bytes:
+    """The one completion request every worker sends (paced, EOS ignored, usage asked)."""
+    return json.dumps(
+        {
+            "model": "tiny",
+            "prompt": "hello " * 32,
+            "max_tokens": OUTPUT_LEN,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
+
+
+def _figures(
+    results: list[RequestResult], lags: list[float], cpu: float, span: float
+) -> dict[str, object]:
+    """Throughput, ITL, loop lag and CPU cost of one load's results."""
+    import numpy as np
+
+    from loadgen.stats import percentile
+
+    tokens = sum(r.chunks for r in results)
+    gaps = np.sort(np.concatenate([np.asarray(r.itl_ns, dtype=np.float64) for r in results]))
+    lag = np.sort(np.asarray(lags))
+    return {
         "achieved_tok_s": tokens / span,
         "itl_p50_ms": percentile(gaps, 50, "nearest-rank") / 1e6 if gaps.size else None,
         "itl_zero_share": float((gaps == 0).mean()) if gaps.size else None,
         "loop_lag_p99_s": percentile(lag, 99, "nearest-rank") if lag.size else None,
         "cpu_us_per_token": cpu / tokens * 1e6 if tokens else None,
         "cpu_percent": cpu / span * 100,
-        **fig,
     }
 
 
@@ -151,24 +169,7 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    srv = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "bench" / "fast_server.py"),
-            "--port",
-            "0",
-            "--token-interval-ms",
-            f"{INTERVAL_MS:g}",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert srv.stdout is not None
-    line = srv.stdout.readline()
-    if not line.startswith("READY "):
-        srv.kill()
-        raise SystemExit(f"fast_server did not start: {line!r}")
-    url = f"http://127.0.0.1:{int(line.split()[1])}"
+    srv, url = _start_server()
     rows = []
     try:
         for streams, sample in RUNS:
@@ -193,9 +194,36 @@ def main() -> None:
     finally:
         srv.terminate()
         srv.wait(10)
+    _print_table(rows, args.seconds)
+
+
+def _start_server() -> tuple[subprocess.Popen[str], str]:
+    """``bench/fast_server.py`` paced at ``INTERVAL_MS``, on a free port; it and its URL."""
+    srv = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "bench" / "fast_server.py"),
+            "--port",
+            "0",
+            "--token-interval-ms",
+            f"{INTERVAL_MS:g}",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert srv.stdout is not None
+    line = srv.stdout.readline()
+    if not line.startswith("READY "):
+        srv.kill()
+        raise SystemExit(f"fast_server did not start: {line!r}")
+    return srv, f"http://127.0.0.1:{int(line.split()[1])}"
+
+
+def _print_table(rows: list[dict[str, Any]], seconds: float) -> None:
+    """The runs side by side, one row each, and what the columns mean."""
     print(
         f"cores: {os.cpu_count()} (server and client share them); pacing {INTERVAL_MS:g} ms, "
-        f"{OUTPUT_LEN} tokens a request, {args.seconds:g} s a run\n"
+        f"{OUTPUT_LEN} tokens a request, {seconds:g} s a run\n"
     )
     head = (
         "streams", "sampl", "offered", "achieved", "srv sent", "ITL p50", "ITL=0",
