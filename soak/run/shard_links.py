@@ -16,9 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from soak.judge.shard_reasons import shard_name
+from soak.safe_text import safe_line
 
 __all__ = ["MAX_LOG_LINES", "ShardLink", "copy_shard_log", "lost_words", "shard_env"]
 
+MAX_LOG_LINE_CHARS: Final = 4_000
+"""Most characters of one stderr line copied (a traceback line is far shorter)."""
 MAX_LOG_LINES: Final = 10_000
 """A shard's stderr lines copied into runner.log; the rest are counted (a shard that
 warns on every request must not fill the run directory's disk)."""
@@ -70,7 +73,8 @@ async def copy_shard_log(
         else:
             if not line:
                 break
-            text = line.decode("utf-8", "replace").rstrip()
+            # A shard's traceback can quote a server's text: shown safe, and bounded.
+            text = safe_line(line.decode("utf-8", "replace").rstrip()[:MAX_LOG_LINE_CHARS])
         if copied >= max_lines:
             dropped += 1
             continue

@@ -257,3 +257,15 @@ def test_the_shards_socket_samples_reach_the_runs_read_tally():
     gen._on_status(two, {"t": "hb", "q_samples": "x"})  # malformed: adds nothing
     gen._on_status(two, {"t": "done", "q_samples": 30, "q_hits": 5})  # +20 / +5
     assert (tally.samples, tally.hits) == (130, 85)
+
+
+async def test_a_shards_stderr_is_copied_display_safe_and_bounded(capsys):
+    """runner.log is followed on terminals: a shard's traceback quoting a server's text
+    must not carry its escape sequences, nor a megabyte on one line."""
+    stream = asyncio.StreamReader()
+    stream.feed_data(b"boom: \x1b]0;pwned\x07\x1b[2J tail\n" + b"z" * 100_000 + b"\n")
+    stream.feed_eof()
+    await copy_shard_log("shard 0 (the 1st of 2)", stream)
+    first, second = capsys.readouterr().err.splitlines()
+    assert "\x1b" not in first and "\\x1b]0;pwned\\x07\\x1b[2J tail" in first
+    assert len(second) < 4_100
