@@ -15,7 +15,7 @@ ends, each sample 8 bytes in a typed array. Each slice family partitions the loa
 each holds about one more copy of the load's samples — ~40 bytes a completed request
 (ttft, e2e, tpot, ttfb, first content), ~64 in an open loop — and 4 bytes a request for
 where its gaps lie: the inter-token gaps (one per token, the bulk) are held once for all
-the tallies, 4 bytes a gap (:class:`~soak.record.summary.ItlShare`). With 20 steps, 3
+the tallies, 4 bytes a gap (:class:`~soak.record.tally_samples.ItlShare`). With 20 steps, 3
 classes and 4 turns at 32 tokens a request that is ~0.4 KB a request held (float lists
 and a gaps array per request held ~1.1); at the end, the whole load's gaps as float64
 seconds (8 bytes a gap) while its summary is made. ``bench/finalize_cost.py``, 1,000,000
