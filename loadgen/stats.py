@@ -55,6 +55,11 @@ def percentile(sorted_values: np.ndarray, p: float, method: PercentileMethod) ->
 def summarize(values: Iterable[float] | np.ndarray, method: PercentileMethod) -> LatencyStats:
     """Exact summary of all ``values`` (seconds)."""
     arr = np.sort(np.asarray(values if isinstance(values, np.ndarray) else list(values), float))
+    return summarize_sorted(arr, method)
+
+
+def summarize_sorted(arr: np.ndarray, method: PercentileMethod) -> LatencyStats:
+    """:func:`summarize` of values already sorted ascending (float64): no copy made."""
     if arr.size == 0:
         return LatencyStats(method=method, n=0)
     p50, p90, p99 = (percentile(arr, q, method) for q in _QUANTILES)

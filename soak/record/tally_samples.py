@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.stats import LatencyStats, PercentileMethod, percentile, summarize
+from loadgen.stats import LatencyStats, PercentileMethod, summarize_sorted
 
 __all__ = ["ItlShare", "samples_view", "stats_of_owned"]
 
@@ -84,19 +84,8 @@ def stats_of_owned(values: np.ndarray, method: PercentileMethod) -> LatencyStats
     """:func:`loadgen.stats.summarize` of an array the caller owns and gives up, sorted in
     place: the same figures without summarize's sorted copy, which for the gaps (one per
     token of the load) would double the read's peak memory at its end."""
-    if values.size == 0:
-        return summarize(values, method)
     values.sort()
-    p50, p90, p99 = (percentile(values, q, method) for q in (50.0, 90.0, 99.0))
-    return LatencyStats(
-        p50=p50,
-        p90=p90,
-        p99=p99,
-        max=float(values[-1]),
-        mean=float(values.mean()),
-        method=method,
-        n=int(values.size),
-    )
+    return summarize_sorted(values, method)
 
 
 def samples_view(values: array[float]) -> np.ndarray:
