@@ -50,6 +50,8 @@ class ShardLink:
     exit_code: int | None = None
     lost_at_s: float | None = None
     in_flight_at_loss: int | None = None
+    lags: list[float] = field(default_factory=list)
+    """Its loop lag per report while loading (the record's ``loop_lag_p99_s``)."""
     q_samples: int = 0
     q_hits: int = 0
     """Its socket samples (and those that found bytes queued) as last reported."""

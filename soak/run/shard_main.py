@@ -132,8 +132,10 @@ class Shard:
         gen = self.gen
         assert gen is not None
         gs = gen.state
-        samples = sorted(self.lag.samples)
-        p99 = samples[min(len(samples) - 1, int(0.99 * len(samples)))] if samples else None
+        # The worst loop lag since the last report, while the load runs (None before):
+        # the coordinator keeps them and takes the p99 as the runner does its own, so a
+        # shard's loop sorts nothing, and the figure's method is the runner's.
+        lag = self.lag.take_interval(keep=False)
         use = resource.getrusage(resource.RUSAGE_SELF)
         return {
             "in_flight": gs.in_flight,
@@ -142,7 +144,7 @@ class Shard:
             "cancelled": gs.cancelled,
             "backoffs": gs.backoffs,
             "paused": gen.paused,
-            "lag_p99_s": p99,
+            "lag_s": lag if self.load is not None else None,
             "cpu_s": round(use.ru_utime + use.ru_stime, 3),
             "requests": self.sent,
             # The socket samples its streams took (cumulative): the coordinator's
@@ -154,7 +156,6 @@ class Shard:
     async def heartbeat(self) -> None:
         while True:
             await asyncio.sleep(HEARTBEAT_S)
-            self.lag.take_interval(keep=self.load is not None)
             self.send(message("hb", **self.figures()))
 
     # -- the run -----------------------------------------------------------------------

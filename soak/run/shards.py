@@ -34,6 +34,7 @@ from typing import Any, Final
 from loadgen.envelope import RequestResult
 from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.read_health import ReadTally
+from loadgen.stats import summarize
 from loadgen.workers import LoadGenerator, LoadPlan, StreamingClient
 from soak.judge.shard_reasons import shard_name
 from soak.record.models import ShardInfo
@@ -183,6 +184,7 @@ class ShardedGenerator(LoadGenerator):
             link.beat = msg
             self._merge_counts()
             self._add_reads(link, msg)
+            _add_lag(link, msg)
         elif kind == "issue_end":
             link.issue_ended = True
             link.issue_reason = msg.get("reason")
@@ -192,6 +194,7 @@ class ShardedGenerator(LoadGenerator):
             link.issue_ended = True
             self._merge_counts()
             self._add_reads(link, msg)
+            _add_lag(link, msg)
 
     def _add_reads(self, link: ShardLink, msg: Mapping[str, Any]) -> None:
         """A shard's socket samples since its last report, into the run's read tally
@@ -416,7 +419,7 @@ class ShardedGenerator(LoadGenerator):
                     release_offset_s=None
                     if ns is None or released is None
                     else round((int(ns) - released) / 1e9, 6),
-                    loop_lag_p99_s=rep.get("lag_p99_s"),
+                    loop_lag_p99_s=summarize(link.lags, "nearest-rank").p99,
                     cpu_s=rep.get("cpu_s"),
                     status="lost" if link.status == "lost" else "done",
                     exit_code=link.exit_code,
@@ -425,6 +428,14 @@ class ShardedGenerator(LoadGenerator):
                 )
             )
         return out
+
+
+def _add_lag(link: ShardLink, msg: Mapping[str, Any]) -> None:
+    """A report's loop lag (its interval's worst, while loading) into the shard's series
+    (one a second, as the runner keeps its own: :func:`soak.run.finalize.client_health`)."""
+    lag = msg.get("lag_s")
+    if isinstance(lag, int | float) and not isinstance(lag, bool) and lag >= 0:
+        link.lags.append(float(lag))
 
 
 def sharded_generator(

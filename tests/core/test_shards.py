@@ -257,6 +257,13 @@ def test_the_shards_socket_samples_reach_the_runs_read_tally():
     gen._on_status(two, {"t": "hb", "q_samples": "x"})  # malformed: adds nothing
     gen._on_status(two, {"t": "done", "q_samples": 30, "q_hits": 5})  # +20 / +5
     assert (tally.samples, tally.hits) == (130, 85)
+    # The loop lag: each report's worst of its second, the p99 taken as the runner takes
+    # its own (nearest rank: the 99th of 100 values, not the 100th).
+    for i in range(100):
+        gen._on_status(one, {"t": "hb", "lag_s": 0.001 * (i + 1)})
+    gen._on_status(one, {"t": "hb", "lag_s": None})  # before the load: not a sample
+    first, second = gen.shard_infos()
+    assert first.loop_lag_p99_s == pytest.approx(0.099) and second.loop_lag_p99_s is None
 
 
 async def test_a_shards_stderr_is_copied_display_safe_and_bounded(capsys):
