@@ -95,6 +95,8 @@ class EngineTable:
     """The label that tells several engines behind one endpoint apart."""
     config_info: str | None = None
     """An info gauge whose labels are the cache configuration (``cache_config``)."""
+    sums: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Synthetic series → the unlabelled series it adds up (only when all are exposed)."""
 
 
 VLLM = EngineTable(
@@ -193,6 +195,12 @@ TGI = EngineTable(
     },
 )
 
+_LLAMACPP_PROMPT = "llamacpp:prompt_tokens_total+prompt_tokens_cached_total"
+"""A synthetic series (``+`` can never be in a metric name): every prompt token a request
+brought. llama-server's ``prompt_tokens_total`` excludes the tokens its slot's prompt cache
+reused (``prompt_tokens_cached_total``), while its ``usage.prompt_tokens`` counts both:
+checked against a real llama-server (tests/real_engine/test_llamacpp_facts.py)."""
+
 LLAMACPP = EngineTable(
     engine="llamacpp",
     prefix="llamacpp:",
@@ -200,10 +208,17 @@ LLAMACPP = EngineTable(
         "running": (("llamacpp:requests_processing",), "sum"),
         "waiting": (("llamacpp:requests_deferred",), "sum"),
         "kv_usage": (("llamacpp:kv_cache_usage_ratio",), "max"),  # older builds only
-        "prompt_tokens_total": (("llamacpp:prompt_tokens_total",), "sum"),
+        # A build without the cached counter: its processed count alone (which also left
+        # out cache hits, so a reconciliation there can fall short by the hits).
+        "prompt_tokens_total": ((_LLAMACPP_PROMPT, "llamacpp:prompt_tokens_total"), "sum"),
         "generation_tokens_total": (("llamacpp:tokens_predicted_total",), "sum"),
+        "prefix_cache_hits_total": (("llamacpp:prompt_tokens_cached_total",), "sum"),
+        "prefix_cache_queries_total": ((_LLAMACPP_PROMPT,), "sum"),
     },
     histograms={},
+    sums={
+        _LLAMACPP_PROMPT: ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total")
+    },
 )
 
 ENGINES: tuple[EngineTable, ...] = (VLLM, SGLANG, TGI, LLAMACPP)
@@ -265,6 +280,9 @@ def parse_metrics(text: str, t: float = 0.0) -> EngineSample:
         slots = [(labels, n) for labels, _ in info if (n := _token_slots(labels)) is not None]
         if slots:
             samples[_VLLM_SLOTS] = slots
+    for name, parts in table.sums.items():
+        if all(p in samples for p in parts):
+            samples[name] = [({}, sum(v for p in parts for _, v in samples[p]))]
     by_reason: dict[str, float] = {}
     for src in table.reasons:
         for labels, v in samples.get(src.sample, ()):

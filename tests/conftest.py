@@ -4,15 +4,43 @@
 ``real_engine`` — the tier that starts a real vLLM on the CPU (tests/real_engine). They run
 by default; a skip is always reported with its reason (``make test`` passes ``-rs``) and in
 the session header, never silent.
+
+Under ``CI=true`` a test skipped because a tool it needs is missing (Chromium, tmux, Ray,
+a built ``llama-server``: a reason saying "not installed" or "not built") fails instead:
+CI installs every one of them, so such a skip there means the set-up broke, and a green
+run would hide the checks it never ran.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Generator
 
 import pytest
 
 SKIP_ENV = "SOAKTOP_SKIP_REAL_ENGINE"
+MISSING_TOOL = re.compile(r"\bnot (installed|built)\b", re.IGNORECASE)
+"""A skip reason that says a tool the suite needs is absent."""
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, None]:
+    """Under CI, a skip for a missing tool is a failure (see the module's docstring)."""
+    outcome = yield
+    report = outcome.get_result()
+    if not (report.skipped and _in_ci()) or not isinstance(report.longrepr, tuple):
+        return
+    reason = str(report.longrepr[2])
+    if MISSING_TOOL.search(reason):
+        report.outcome = "failed"
+        report.longrepr = f"CI=true and this test was skipped for a missing tool: {reason}"
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,7 @@
 """The engine /metrics source against a real vLLM 0.32 exposition (captured fixture) and
 SGLang, TGI and llama.cpp expositions written from their documented names."""
 
+import json
 import math
 import re
 from collections.abc import Iterator
@@ -269,21 +270,46 @@ def test_tgi_counter_without_a_type_line_keeps_its_name_and_still_maps():
 
 
 def test_llamacpp_maps_to_the_same_vocabulary():
+    # the fixture is a real llama-server's page (tests/real_engine/llama_capture.py)
     s = parse_metrics(LLAMACPP)
     assert s.engine == "llamacpp" and s.histograms == {} and s.engines == {}
     v = s.values
-    assert (v["running"], v["waiting"], v["kv_usage"]) == (2.0, 1.0, 0.284912)
-    assert (v["prompt_tokens_total"], v["generation_tokens_total"]) == (6886.0, 3469.0)
+    assert (v["running"], v["waiting"], v["kv_usage"]) == (0.0, 0.0, None)
+    assert (v["prompt_tokens_total"], v["generation_tokens_total"]) == (36.0, 8.0)
     assert v["requests_finished_total"] is None  # llama-server counts no requests
     assert v["token_slots"] is None and v["preemptions_total"] is None
 
 
-def test_llamacpp_build_without_the_kv_gauge_reports_unknown_kv():
-    current = "\n".join(
-        line for line in LLAMACPP.splitlines() if "kv_cache_usage_ratio" not in line
+def test_llamacpp_counters_agree_with_the_captured_stream_s_usage():
+    # one streamed chat on a fresh server: its counters are that request's usage
+    events = (FIXTURES / "llamacpp_chat_stream.txt").read_text().split("\n\n")
+    usage = json.loads(next(e for e in reversed(events) if '"usage"' in e)[6:])["usage"]
+    v = parse_metrics(LLAMACPP).values
+    assert v["prompt_tokens_total"] == usage["prompt_tokens"]  # processed + cached
+    assert v["prefix_cache_hits_total"] == usage["prompt_tokens_details"]["cached_tokens"]
+    assert v["generation_tokens_total"] == usage["completion_tokens"]
+
+
+def test_llamacpp_prompt_tokens_include_the_cached_ones():
+    page = LLAMACPP.replace(
+        "llamacpp:prompt_tokens_cached_total 0", "llamacpp:prompt_tokens_cached_total 64"
     )
-    v = parse_metrics(current).values
-    assert v["kv_usage"] is None and v["running"] == 2.0
+    v = parse_metrics(page).values
+    assert v["prompt_tokens_total"] == 36.0 + 64.0  # as usage.prompt_tokens counts them
+    assert (v["prefix_cache_hits_total"], v["prefix_cache_queries_total"]) == (64.0, 100.0)
+    older = "\n".join(ln for ln in page.splitlines() if "prompt_tokens_cached" not in ln)
+    v = parse_metrics(older).values  # a build without the cached counter
+    assert v["prompt_tokens_total"] == 36.0 and v["prefix_cache_hits_total"] is None
+
+
+def test_llamacpp_older_build_with_the_kv_gauge_reports_it():
+    older = LLAMACPP + (
+        "# HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.\n"
+        "# TYPE llamacpp:kv_cache_usage_ratio gauge\n"
+        "llamacpp:kv_cache_usage_ratio 0.284912\n"
+    )
+    v = parse_metrics(older).values
+    assert v["kv_usage"] == 0.284912 and v["running"] == 0.0
 
 
 def test_an_unknown_exposition_is_no_engine():

@@ -193,11 +193,12 @@ def test_tgi_info() -> None:
 
 
 def test_llamacpp_props() -> None:
+    # a real llama-server's /props (tests/real_engine/llama_capture.py), -np 2 -c 4096
     assert llamacpp_facts(_fixture("recipe_llamacpp_props.json")) == {
-        "version": "b6123-6c7e9a54",
-        "model_root": "/models/qwen2.5-7b-instruct-q4_k_m.gguf",
-        "max_num_seqs": "4",
-        "max_model_len": "8192",
+        "version": "b0-unknown",
+        "model_root": "/root/.cache/soaktop/tiny-gguf-v1/tiny.gguf",
+        "max_num_seqs": "2",
+        "max_model_len": "2048",
     }
 
 

@@ -7,6 +7,7 @@ the engine, starts its own. Assertions are on structure and counts, never on lat
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.real_engine.llama_server import LlamaServer, llama_server, missing
 from tests.real_engine.vllm_server import VllmServer, vllm_server
 
 REQUEST_TIMEOUT_S = 60.0
@@ -35,7 +37,7 @@ def vllm_logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
         yield srv
 
 
-def soak_args(srv: VllmServer, out: Path, *extra: str) -> list[str]:
+def soak_args(srv: VllmServer | LlamaServer, out: Path, *extra: str) -> list[str]:
     """``soaktop run`` against ``srv``, headless, into ``out``.
 
     Without ``--gates``/``--suite`` in ``extra`` the run has no contract gates (the load
@@ -107,3 +109,30 @@ def assert_healthy_soak_verdict(rc: int, rec: dict[str, Any], lines: list[dict[s
     assert lag > rec["config"]["max_loop_lag_s"], (lag, rec["config"]["max_loop_lag_s"])
     assert f"{lag * 1000:.0f} ms" in blocking[0]["message"], blocking[0]["message"]
     assert rec["load"]["failed"] == 0
+
+
+def require_llama_server() -> None:
+    """Skip a llama.cpp test, with the exact reason, when ``llama-server`` or the tiny GGUF
+    is not built; on CI (``CI=true``) that is a failure: ``.ci/run`` builds both first, so a
+    skip there would hide a broken build behind a green run."""
+    why = missing()
+    if why is None:
+        return
+    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI=true and the llama.cpp tier cannot run: {why}", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def llama_shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """The shared llama-server: 2 slots, 2,048 tokens of context each (``-c`` is the total)."""
+    require_llama_server()
+    with llama_server(tmp_path_factory.mktemp("llama"), LLAMA_ARGS) as srv:
+        yield srv
+
+
+LLAMA_SLOTS = 2
+LLAMA_ARGS = ["-np", str(LLAMA_SLOTS), "-c", str(2048 * LLAMA_SLOTS), "-t", "1", "-tb", "1"]
+"""The tier's server flags: fewer slots than the soaks' concurrency, so requests queue.
+One thread: with two, on 2 busy cores, ggml's threads wait on each other at every step
+(300 ms per token of the tiny model, against under 1 ms with one)."""
