@@ -95,6 +95,7 @@ def _failed_words(reason: Reason) -> str:
 
 IGNORED_CONFIG = frozenset(
     {"out", "endpoints", "server_log", "server_log_cmd", "dcgm", "headless", "interval_s"}
+    | {"metrics_port", "metrics_host"}  # where the live figures were served, not the test
 )
 """Config keys that say where a run wrote or read, not what it tested (demo ports and
 temporary paths differ on every run); endpoints are compared by count (replicas)."""
