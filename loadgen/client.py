@@ -73,7 +73,10 @@ from loadgen.read_health import (
     ReadTally,
     queue_probe,
 )
+from loadgen.responses_api import RESPONSES_PATH, ResponsesParser
 from loadgen.sse import SSEParser
+from loadgen.tls import TlsFiles, aiohttp_ssl
+from loadgen.tls import context as tls_context
 
 __all__ = ["StreamClient"]
 
@@ -136,6 +139,7 @@ class StreamClient:
         contracts: Mapping[str, AnswerContract] | None = None,
         sample_queue: bool = True,
         read_tally: ReadTally | None = None,
+        tls: Mapping[str, str | None] | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
@@ -158,6 +162,8 @@ class StreamClient:
         parts = {v for v in self._headers.values() if len(v) >= 4}
         parts |= {p for v in self._headers.values() for p in v.split() if len(p) >= 8}
         self._secrets = tuple(sorted(parts, key=len, reverse=True))
+        # TLS: this client's own files (a shard's spec), else the process's (loadgen.tls).
+        self._ssl = tls_context(TlsFiles(**tls)) if tls else None
         self._session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None  # no pool: for resends only
         self._watched: set[_Watch] = set()
@@ -184,11 +190,13 @@ class StreamClient:
         """Open the session (idempotent). Must run inside the event loop that streams."""
         if self._session is not None:
             return
+        ssl = self._ssl or aiohttp_ssl()
         connector = aiohttp.TCPConnector(
             limit=self.max_connections,
             limit_per_host=0,
             keepalive_timeout=60.0,
             force_close=False,
+            ssl=ssl,
         )
         timeout = aiohttp.ClientTimeout(
             total=None,
@@ -211,7 +219,7 @@ class StreamClient:
         # pool (each request on its own new connection, closed after it).
         self._fresh = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
-                limit=self.max_connections, limit_per_host=0, force_close=True
+                limit=self.max_connections, limit_per_host=0, force_close=True, ssl=ssl
             ),
             timeout=timeout,
             headers=headers,
@@ -316,7 +324,7 @@ class StreamClient:
                             await read_error(resp, result, self._scrub)
                             return result
                         watch = self._watch(resp, now)
-                        contract, answer, parser = self._parser_for(result)
+                        contract, answer, parser = self._parser_for(result, url)
                         # The read loop, inline: every await level costs each read a resume.
                         feed = parser.feed
                         readany = resp.content.readany
@@ -369,15 +377,17 @@ class StreamClient:
         return result
 
     def _parser_for(
-        self, result: RequestResult
+        self, result: RequestResult, url: str
     ) -> tuple[AnswerContract | None, AnswerText | None, SSEParser]:
         """A mix class's answer contract, the answer's text kept for it or for a
         conversation's next turn (None, None: a plain request keeps no text), and the
-        stream's parser (collecting the tool calls a contract checks)."""
+        stream's parser (collecting the tool calls a contract checks): the Responses
+        API's for a ``/v1/responses`` URL (:mod:`loadgen.responses_api`)."""
         contract = self._contracts.get(result.workload_class)
         answer = AnswerText() if result.turn is not None or contract else None
         calls = contract.collector() if contract is not None else None
-        return contract, answer, SSEParser(self.sanity_checks, answer, calls)
+        kind = ResponsesParser if url.endswith(RESPONSES_PATH) else SSEParser
+        return contract, answer, kind(self.sanity_checks, answer, calls)
 
     def _queue_sampling(
         self, resp: aiohttp.ClientResponse

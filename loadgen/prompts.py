@@ -12,11 +12,12 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import orjson
 
-Api = Literal["chat", "completions"]
+Api = Literal["chat", "completions", "responses"]
+MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
 
 
 class PromptPoolError(ValueError):
@@ -92,16 +93,25 @@ class BodyBuilder:
     ignore_eos: bool = False
     temperature: float | None = None
     extra: tuple[tuple[str, Any], ...] = ()
+    max_tokens_field: MaxTokensField = "max_tokens"
+    """Which body field carries ``max_tokens`` on the chat and completions APIs (OpenAI
+    deprecated ``max_tokens`` for chat in favour of ``max_completion_tokens``); the
+    Responses API always uses its own ``max_output_tokens``."""
 
     def build(self, text: str) -> bytes:
         """The request body as bytes, ready to POST."""
         body: dict[str, Any] = {"model": self.model, "stream": True}
-        if self.api == "chat":
-            body["messages"] = [{"role": "user", "content": text}]
+        if self.api == "responses":
+            # One user turn; the stream always ends in response.completed with usage.
+            body["input"] = text
+            body["max_output_tokens"] = self.max_tokens
         else:
-            body["prompt"] = text
-        body["max_tokens"] = self.max_tokens
-        body["stream_options"] = {"include_usage": True}
+            if self.api == "chat":
+                body["messages"] = [{"role": "user", "content": text}]
+            else:
+                body["prompt"] = text
+            body[self.max_tokens_field] = self.max_tokens
+            body["stream_options"] = {"include_usage": True}
         if self.ignore_eos:
             body["ignore_eos"] = True
         if self.temperature is not None:
@@ -111,21 +121,33 @@ class BodyBuilder:
 
     @property
     def output_limit(self) -> int | None:
-        """The output-token limit the body asks for: ``max_tokens`` (an ``extra`` value
-        wins) and, when ``extra`` adds one, the larger with ``max_completion_tokens``.
-        ``None`` when a limit is not an integer: the server decides, and usage above it is
-        not provably impossible."""
+        """The output-token limit the body asks for: its max-tokens field (an ``extra``
+        value wins) and, when ``extra`` adds the other of ``max_tokens`` /
+        ``max_completion_tokens``, the larger. ``None`` when a limit is not an integer: the
+        server decides, and usage above it is not provably impossible."""
         extra = dict(self.extra)
-        limits = [extra.get("max_tokens", self.max_tokens)]
-        if "max_completion_tokens" in extra:
-            limits.append(extra["max_completion_tokens"])
+        if self.api == "responses":
+            limits = [extra.get("max_output_tokens", self.max_tokens)]
+        else:
+            field = self.max_tokens_field
+            limits = [extra.get(field, self.max_tokens)]
+            other = "max_tokens" if field == "max_completion_tokens" else "max_completion_tokens"
+            if other in extra:
+                limits.append(extra[other])
         whole = [v for v in limits if isinstance(v, int) and not isinstance(v, bool)]
         return max(whole) if len(whole) == len(limits) else None
 
     @property
     def path(self) -> str:
         """The endpoint path for this API."""
-        return "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
+        return _PATHS[self.api]
+
+
+_PATHS: Final = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "responses": "/v1/responses",
+}
 
 
 def _shuffled(

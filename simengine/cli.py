@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
            '\'{"match": "*/tools/4", "action": "tool_wrong_function", "count": 0}\'')  # fmt: skip
     a("--faults-file", type=Path, help="a JSON file holding a list of fault rules")
     a("--log-dir", type=Path, help="directory for replica<i>.log (default: a temp dir)")
+    a("--tls-cert", type=Path, help="serve the API over TLS with this PEM certificate")
+    a("--tls-key", type=Path, help="the TLS certificate's PEM private key")
+    a("--tls-client-ca", type=Path, help="require client certificates signed by this CA")
+    a("--require-header", action="append", dest="require_headers", metavar="'NAME: VALUE'",
+      help="a header every API request must carry (else 401); repeatable")  # fmt: skip
     a("--ready-file", type=Path, help="write the ready JSON here (atomically)")
     a("--parent-fd", type=int, metavar="FD",
       help="the read end of a pipe whose write end only the parent holds: stop when it "

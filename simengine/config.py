@@ -77,6 +77,14 @@ class SimConfig(BaseModel):
     (TTFT and ITL) and a GC-like sawtooth of the process memory."""
     faults: list[FaultRule] = Field(default_factory=list)
     """Extra fault rules (added to the scenario's)."""
+    tls_cert: Path | None = None
+    """Serve the API over TLS with this PEM certificate (simengine.access)."""
+    tls_key: Path | None = None
+    """The TLS certificate's private key (PEM), unless the certificate file holds it."""
+    tls_client_ca: Path | None = None
+    """Require a client certificate signed by this CA (mutual TLS)."""
+    require_headers: list[str] = Field(default_factory=list)
+    """Headers every API request must carry, "Name: value" (else HTTP 401)."""
     log_dir: Path | None = None
     """Where replica<i>.log files go (None: a fresh temporary directory)."""
     ready_file: Path | None = None

@@ -18,6 +18,7 @@ from simengine.endurance import Endurance
 from simengine.faults import CONTRACT_ACTIONS, FaultBook, FaultRule
 from simengine.metrics import EngineMetrics
 from simengine.prefix_cache import prompt_tokens
+from simengine.responses import ResponsesTemplate, chat_body, response_body
 from simengine.scheduler import Scheduler
 from simengine.sequence import Sequence
 from simengine.simlog import ReplicaLog
@@ -81,6 +82,7 @@ class OpenAIRoutes:
         """Register every route on ``app``."""
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/responses", self.responses)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/version", self.version)
         app.router.add_get("/health", self.health)
@@ -190,13 +192,22 @@ class OpenAIRoutes:
         """``POST /v1/completions``."""
         return await self._generate(request, chat=False)
 
-    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/responses`` (:mod:`simengine.responses`)."""
+        return await self._generate(request, chat=True, api="responses")
+
+    async def _generate(
+        self, request: web.Request, chat: bool, api: str = ""
+    ) -> web.StreamResponse:
         rep, cfg = self.rep, self.cfg
         xrid = request.headers.get("X-Request-Id")
         rep.request_counter += 1
-        rid = ("chatcmpl-" if chat else "cmpl-") + (xrid or uuid.uuid4().hex)
+        prefix = "resp_" if api else "chatcmpl-" if chat else "cmpl-"
+        rid = prefix + (xrid or uuid.uuid4().hex)
         try:
             body = parse_json(await request.read())
+            if api:
+                body = chat_body(body)  # the same request, as the chat route reads it
             parsed = parse_chat(body, cfg) if chat else parse_completion(body, cfg)
         except ApiError as e:
             return self._reply_error(request, xrid, e.status, e.message, e.err_type)
@@ -217,7 +228,7 @@ class OpenAIRoutes:
             return await self._reject_full(request, xrid, rid, parsed.stream, chat)
         plan, vocab_idx = self._plan(parsed, xrid, rid, fault)
         created = int(time.time())
-        template = wire.StreamTemplate(rid, created, cfg.model, chat)
+        template, frags = self._stream_parts(parsed, plan, vocab_idx, rid, created, api)
         resp: web.StreamResponse | None = None
         if parsed.stream:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
@@ -231,7 +242,7 @@ class OpenAIRoutes:
             transport=request.transport,
             stream=parsed.stream,
             include_usage=parsed.include_usage,
-            frags=wire.stream_frags(plan, vocab_idx, chat) if parsed.stream else None,
+            frags=frags,
             prefix_hit=rep.prefix_hit(prompt_tokens(body, chat)),
             fault=fault,
         )
@@ -240,7 +251,30 @@ class OpenAIRoutes:
         if resp is not None:
             # aiohttp ends the chunked body (write_eof) and ignores a client already gone.
             return resp
+        if api and seq.outcome != "abort" and seq.error is None:
+            n = seq.generated
+            out = response_body(rid, created, cfg.model, plan, n, seq.prompt_tokens,
+                                _finish(plan, n))  # fmt: skip
+            self._access(request, xrid, 200)
+            return web.Response(body=out, content_type=_JSON)
         return self._answer(request, xrid, seq, created, chat)
+
+    def _stream_parts(
+        self,
+        parsed: ParsedRequest,
+        plan: Plan,
+        vocab_idx: list[int] | None,
+        rid: str,
+        created: int,
+        api: str,
+    ) -> tuple[wire.StreamTemplate | ResponsesTemplate, list[bytes] | None]:
+        """The stream's template and per-token fragments (None when not streamed)."""
+        if api:
+            rt = ResponsesTemplate(rid, created, self.cfg.model)
+            return rt, rt.frags(plan) if parsed.stream else None
+        template = wire.StreamTemplate(rid, created, self.cfg.model, parsed.chat)
+        frags = wire.stream_frags(plan, vocab_idx, parsed.chat) if parsed.stream else None
+        return template, frags
 
     def _plan(
         self, parsed: ParsedRequest, xrid: str | None, rid: str, fault: FaultRule | None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from simengine.access import header_middleware, server_context
 from simengine.config import SimConfig
 from simengine.dcgm import DcgmExporter
 from simengine.endurance import Endurance
@@ -91,17 +92,21 @@ class Replica:
 
     async def start(self, api_sock: socket.socket, dcgm_sock: socket.socket) -> None:
         """Serve the API and the DCGM exporter on the given listening sockets."""
-        app = web.Application(client_max_size=64 * 2**20)
+        check = header_middleware(self.cfg)
+        app = web.Application(client_max_size=64 * 2**20, middlewares=[check] if check else [])
         OpenAIRoutes(self).add_to(app)
         self._api_runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._api_runner.setup()
-        await web.SockSite(self._api_runner, api_sock, backlog=4096).start()
+        ssl_context = server_context(self.cfg)
+        await web.SockSite(
+            self._api_runner, api_sock, backlog=4096, ssl_context=ssl_context
+        ).start()
         dapp = web.Application()
         dapp.router.add_get("/metrics", self._dcgm_metrics)
         self._dcgm_runner = web.AppRunner(dapp, access_log=None, shutdown_timeout=1.0)
         await self._dcgm_runner.setup()
         await web.SockSite(self._dcgm_runner, dcgm_sock).start()
-        self.url = _url(api_sock)
+        self.url = _url(api_sock, "https" if ssl_context is not None else "http")
         self.dcgm_url = _url(dcgm_sock) + "/metrics"
         self.listening = True
         engine_task = asyncio.create_task(self.engine.run(), name=f"engine{self.index}")
@@ -251,8 +256,8 @@ class Replica:
         self.log.close()
 
 
-def _url(sock: socket.socket) -> str:
+def _url(sock: socket.socket, scheme: str = "http") -> str:
     host, port = sock.getsockname()[:2]
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    return f"{scheme}://{host}:{port}"

@@ -9,6 +9,7 @@ import time
 
 from simengine import wire
 from simengine.faults import FaultRule
+from simengine.responses import ResponsesTemplate
 from simengine.textgen import Plan
 
 
@@ -48,7 +49,7 @@ class Sequence:
         rid: str,
         plan: Plan,
         prompt_tokens: int,
-        template: wire.StreamTemplate,
+        template: wire.StreamTemplate | ResponsesTemplate,
         transport: asyncio.BaseTransport | None,
         stream: bool,
         include_usage: bool = False,
@@ -142,8 +143,6 @@ class Sequence:
         return "error"
 
     def stream_tail(self, finish: str, completion_tokens: int) -> bytes:
-        """The framed finish chunk, the usage chunk when asked for, and ``[DONE]``."""
-        tail = self.template.finish(finish)
-        if self.include_usage:
-            tail += self.template.usage(self.prompt_tokens, completion_tokens)
-        return tail + wire.frame(wire.DONE)
+        """The stream's framed end: chat's finish chunk, usage chunk when asked for and
+        ``[DONE]``, or the Responses API's ``response.completed``."""
+        return self.template.tail(finish, self.prompt_tokens, completion_tokens, self.include_usage)

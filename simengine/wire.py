@@ -90,6 +90,13 @@ class StreamTemplate:
             delta = b"{}" if reason == "tool_calls" else b'{"content":""}'
         return frame(self.pre + delta + self._finish_tail % reason.encode())
 
+    def tail(self, finish: str, prompt: int, completion: int, include_usage: bool) -> bytes:
+        """The framed finish chunk, the usage chunk when asked for, and ``[DONE]``."""
+        tail = self.finish(finish)
+        if include_usage:
+            tail += self.usage(prompt, completion)
+        return tail + frame(DONE)
+
     def usage(self, prompt: int, completion: int) -> bytes:
         """The framed usage chunk (``choices: []``) sent with include_usage."""
         u = b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (

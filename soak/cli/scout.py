@@ -198,6 +198,13 @@ def cmd_scout(ns: argparse.Namespace) -> int:
     except (ConfigError, ScoutPlanError) as e:
         print(f"soaktop scout: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
+    from loadgen import tls
+
+    try:  # the switches' readiness waits and probes verify as the runs do (--ca-cert)
+        tls.configure(tls.TlsFiles.of(base))
+    except tls.TlsError as e:
+        print(f"soaktop scout: {e}", file=sys.stderr)
+        return EXIT_USAGE
     red = _redactor(base)
     try:
         scout_dir, summary = _start(base, plan, red)
@@ -262,13 +269,18 @@ def _start(base: RunConfig, plan: ScoutPlan, red: Redactor) -> tuple[Path, Scout
 
 
 def _secrets(cfg: RunConfig) -> list[str]:
-    key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
-    return [key] if key else []
+    """The secrets among the run's headers (``loadgen.headers.secret_values``)."""
+    from loadgen.headers import secret_values
+
+    return secret_values(cfg.headers, _headers(cfg))
 
 
 def _headers(cfg: RunConfig) -> dict[str, str]:
-    key = _secrets(cfg)
-    return {"Authorization": f"Bearer {key[0]}"} if key else {}
+    """The headers the runs send (``--header`` and ``--api-key-env``): the switch's
+    readiness wait and identity probe send them too, as the engine may require them."""
+    from loadgen.headers import run_headers
+
+    return run_headers(cfg.headers, cfg.api_key_env, os.environ)
 
 
 @contextlib.contextmanager

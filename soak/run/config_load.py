@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from loadgen.headers import HeaderError, resolve_headers
+from loadgen.proxy import proxy_problem
 from soak.run.config import ConfigError, RunConfig
 from soak.run.config_checks import file_problem
 from soak.run.config_words import format_validation_error
@@ -137,6 +139,12 @@ def _check_start(cfg: RunConfig, environ: Mapping[str, str], origins: Mapping[st
             f"api_key_env = {cfg.api_key_env!r} ({where}): the environment variable "
             f"{cfg.api_key_env} {state}; export it holding the API key, or drop the option"
         )
+    try:
+        resolve_headers(cfg.headers, environ)  # an env: header's variable must be set
+    except HeaderError as e:
+        raise ConfigError(f"headers ({origins.get('headers', 'config')}): {e}") from None
+    if (why := proxy_problem(cfg.endpoints, environ)) is not None:
+        raise ConfigError(f"endpoints: {why}")
     if cfg.prompts is not None:
         from loadgen.prompts import PromptPoolError, load_file
 

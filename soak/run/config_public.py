@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from loadgen.headers import public_headers
 from soak.record.redact_patterns import SECRET_MARK, scrub_secrets, secret_name
 from soak.run.config_mix import redacted
 
@@ -27,6 +28,34 @@ def combination_problem(cfg: RunConfig) -> str | None:
             "matrix builds its own synthetic prompts per cell: drop prompts and "
             "synthetic_input_tokens"
         )
+    return responses_problem(cfg)
+
+
+_CHAT_ONLY = ("response_format", "tools", "tool_choice", "reasoning")
+"""A mix class's fields sent in the chat API's shape: the Responses API spells each its own
+way (``text.format``, flat function tools, ``reasoning.effort``) and vLLM ignores a field it
+does not know, so the class would run unconstrained while the record says it was not."""
+
+
+def responses_problem(cfg: RunConfig) -> str | None:
+    """Why ``api = "responses"`` cannot carry the run's chat-shaped fields, in words."""
+    if cfg.api != "responses":
+        return None
+    if cfg.reasoning_effort is not None:
+        return (
+            f"reasoning_effort = {cfg.reasoning_effort!r} is sent as the chat API's "
+            "reasoning_effort, which /v1/responses does not read (it takes reasoning.effort): "
+            "use --api chat, or drop --reasoning"
+        )
+    for c in cfg.mix.classes if cfg.mix is not None else ():
+        used = [f for f in _CHAT_ONLY if getattr(c, f) is not None]
+        if used:
+            return (
+                f"mix class {c.name!r}: {', '.join(used)} take the chat API's shape, which "
+                "/v1/responses does not read (the class would run unconstrained): use "
+                "--api chat, or drop them from the class (weights, prompts and max_tokens "
+                "work with --api responses)"
+            )
     return None
 
 
@@ -56,6 +85,7 @@ def public_config(cfg: RunConfig) -> dict[str, Any]:
     """The config as written to the run directory (redacted when asked; a declared fact
     whose key names a secret never: ``<secret>``)."""
     data = cfg.model_dump(mode="json")
+    data["headers"] = public_headers(cfg.headers)  # names only: a value never reaches disk
     data["recipe"] = {
         k: SECRET_MARK if secret_name(k) else scrub_secrets(v) for k, v in cfg.recipe.items()
     }
@@ -65,6 +95,8 @@ def public_config(cfg: RunConfig) -> dict[str, Any]:
         if data["prompts"]:
             data["prompts"] = "<redacted>"
         data["api_key_env"] = "<redacted>" if data["api_key_env"] else None
+        for key in ("ca_cert", "client_cert", "client_key"):
+            data[key] = "<redacted>" if data[key] else None
         data["suite_files"] = ["<redacted>" for _ in data["suite_files"]]
         data["trace_file"] = "<redacted>" if data["trace_file"] else None
         data["mix"] = redacted(data["mix"]) if data["mix"] else None

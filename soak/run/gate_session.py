@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import orjson
 
+from loadgen.tls import verify
 from probes.gates import PHASE_WORDS, GatePlan, GateRunner, SuiteGate, summarize
 from probes.probe import ProbeOptions, ProbeSender
 from probes.probe_record import Exchange, Outcome, ProbeResult
@@ -140,6 +141,7 @@ class GateSession:
             headers=headers,
             timeout=httpx.Timeout(options.timeout_s, connect=10.0),
             limits=httpx.Limits(max_connections=plan.concurrency + 4),
+            verify=verify(),  # loadgen.tls: the run's CA and client certificate
         )
         self._sender = _HaltableSender(self._client, options)
         self.runner = GateRunner(plan, self._sender, self._on_result)

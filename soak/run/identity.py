@@ -18,6 +18,7 @@ import httpx
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.tls import tls_hint, verify
 from probes.engine_metrics import get_page
 from soak import __version__
 from soak.record.gpu_telemetry import GpuIdentity
@@ -102,6 +103,7 @@ async def probe_endpoint(
         r = await client.get(f"{base}/v1/models")
     except httpx.HTTPError as e:
         ident.error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        ident.error += tls_hint(base, ident.error)  # what a failed handshake means
         return ident
     ident.reachable = True
     if r.status_code != 200:
@@ -145,7 +147,7 @@ async def probe_all(
     """Identity of every endpoint, in their order, probed together (a slow configuration
     endpoint costs its seconds once, not once per replica)."""
     timeout = httpx.Timeout(timeout_s)
-    async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+    async with httpx.AsyncClient(timeout=timeout, headers=headers, verify=verify()) as client:
         return list(await asyncio.gather(*(probe_endpoint(client, b, engine) for b in endpoints)))
 
 
@@ -159,7 +161,9 @@ async def tokenize_count(base: str, body: dict[str, object], headers: dict[str, 
     ``count``, or None when it does not answer one (unsupported, an error, not a whole
     number)."""
     try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0), headers=headers) as client:
+        async with httpx.AsyncClient(
+            timeout=httpx.Timeout(30.0), headers=headers, verify=verify()
+        ) as client:
             r = await client.post(f"{base}/tokenize", json=body)
     except httpx.HTTPError:
         return None

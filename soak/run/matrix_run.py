@@ -81,6 +81,7 @@ class MatrixRun:
             ignore_eos=cfg.ignore_eos,
             temperature=cfg.temperature,
             extra=cfg.body_extra(),
+            max_tokens_field=cfg.max_tokens_field,
         )
 
     async def run(self) -> MatrixSummary:

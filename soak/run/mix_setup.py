@@ -53,6 +53,7 @@ def class_bodies(cfg: RunConfig, c: MixClass) -> BodyBuilder:
         ignore_eos=cfg.ignore_eos,
         temperature=cfg.temperature,
         extra=tuple(extra),
+        max_tokens_field=cfg.max_tokens_field,
     )
 
 

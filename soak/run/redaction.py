@@ -30,6 +30,7 @@ from typing import TextIO
 import httpx
 import orjson
 
+from loadgen.headers import secret_values as header_secrets
 from probes.dcgm import scrape_dcgm
 from soak.record.journal import JsonlWriter
 from soak.record.redact import Redactor
@@ -105,9 +106,11 @@ async def redactor_for_run(
 ) -> tuple[Redactor, str | None]:
     """The runner's redactor (secrets from the auth headers) and, when the salt could not
     be kept, why (pseudonyms then hold within the run only)."""
-    secret_values = [v.removeprefix("Bearer ") for v in headers.values()]
+    # Only the secrets (env: values, credential-like names): a literal ``X-Tenant: team``
+    # is the user's own word, and redacting it would mangle every "team" in the logs.
+    secrets = header_secrets(config.headers, headers)
     salt, problem = load_salt() if config.redact else (None, None)
-    red = run_redactor(config, secret_values, salt)
+    red = run_redactor(config, secrets, salt)
     await learn_dcgm(red, list(config.dcgm))
     return red, problem
 

@@ -32,6 +32,8 @@ from typing import BinaryIO
 
 import httpx
 
+from loadgen.headers import secret_values
+from loadgen.tls import verify
 from soak.record.models import EndpointIdentity
 from soak.record.redact_patterns import SECRET_MARK
 from soak.record.redact_patterns import scrub_secrets as scrub_command
@@ -195,7 +197,7 @@ def wait_ready(endpoints: list[str], model: str, headers: dict[str, str], deadli
     started = time.monotonic()
     timeout = httpx.Timeout(READY_REQUEST_TIMEOUT_S)
     waiting: dict[str, str] = {}
-    with httpx.Client(timeout=timeout, headers=headers) as client:
+    with httpx.Client(timeout=timeout, headers=headers, verify=verify()) as client:
         while True:
             waiting = {
                 base: why
@@ -230,7 +232,9 @@ def switch_to(
     ``timeout_s`` (``engine``: ``--engine``, which configuration endpoint to ask).
     :class:`SwitchError` says which part failed."""
     deadline = time.monotonic() + timeout_s
-    secrets = [v.removeprefix("Bearer ") for v in headers.values()]
+    # The credential-like headers' values; an env: value of another name is the run's
+    # redactor's (``clean``), which knows where each value came from.
+    secrets = secret_values((), headers)
     command_s = run_command(command, log, deadline, secrets, title, clean)
     ready_s = wait_ready(endpoints, model, headers, deadline)
     probed = asyncio.run(probe_all(endpoints, headers, engine=engine))

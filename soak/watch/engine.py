@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from loadgen.tls import verify
 from probes.engine_metrics import EngineSample, fetch, scrape, server_latency
 from soak.judge.coverage import Coverage, LoadWindow
 from soak.record.events import EventLog
@@ -104,7 +105,9 @@ class EngineWatch:
         self._journal = journal
         # A backstop only: every scrape is bounded by asyncio.wait_for (see _scrape).
         self._client = httpx.AsyncClient(
-            headers=headers, timeout=httpx.Timeout(max(snapshot_timeout_s, self.timeout_s))
+            headers=headers,
+            timeout=httpx.Timeout(max(snapshot_timeout_s, self.timeout_s)),
+            verify=verify(),  # loadgen.tls: the run's CA and client certificate
         )
         self._task: asyncio.Task[None] | None = None
         self.latest: list[EngineSample | None] = [None] * len(endpoints)

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from loadgen.tls import verify
 from probes.health import HealthSample, HealthTracker, check_health
 from probes.server_log import CommandFollower, LogFault, LogFollower, classify
 from soak.judge.coverage import Coverage, LoadWindow
@@ -132,7 +133,9 @@ class FaultWatch:
             interval_s, window, [f"endpoint {i}" for i in range(len(endpoints))]
         )
         self.log_cover = Coverage(interval_s, window)
-        self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.timeout_s))
+        self._client = httpx.AsyncClient(
+            headers=headers, timeout=httpx.Timeout(self.timeout_s), verify=verify()
+        )
         files = log_files or []
         # One log per replica when the counts agree; otherwise the logs are not attributed.
         per_replica = len(files) == len(endpoints)
