@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -145,6 +146,8 @@ class TuiFrontend:
     # --- after the app ---------------------------------------------------------------
 
     def _print(self, text: str) -> None:
+        if self.out is None and _web_page():
+            return  # stdout is textual-serve's packet pipe, and the tab has closed
         # The terminal may be gone (SSH dropped): never fail on the closing message.
         with contextlib.suppress(OSError, ValueError):
             print(safe_text(text), file=self.out or sys.stdout, flush=True)
@@ -215,6 +218,13 @@ class TuiFrontend:
             if reason.code == "storage_error":
                 self._warn(reason.message)
         return rec.exit_code
+
+
+def _web_page() -> bool:
+    """True when this monitor is a browser tab's (textual-serve set Textual's web driver):
+    its stdout then carries the driver's length-prefixed packets, and text printed after
+    the app's exit packet would be read as a packet."""
+    return "web_driver" in os.environ.get("TEXTUAL_DRIVER", "")
 
 
 def _stop_wait_s(run_dir: Path) -> float:
