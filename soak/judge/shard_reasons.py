@@ -25,6 +25,12 @@ def shard_name(index: int, shards: int) -> str:
     return f"shard {index} (the {place}{suffix} of {shards})"
 
 
+def exit_words(code: int | None) -> str:
+    """How a lost shard ended: its exit status, or (``None``: no status ever came back,
+    a shard on another host) its host lost."""
+    return "host lost, no exit status" if code is None else f"exit {code}"
+
+
 def shard_reasons(shards: Sequence[ShardInfo], max_loop_lag_s: float) -> list[Reason]:
     """One ``shard_lost`` (invalid) per lost shard, naming it, and a
     ``client_overloaded`` per shard whose loop lagged past ``max_loop_lag_s`` (the
@@ -32,6 +38,7 @@ def shard_reasons(shards: Sequence[ShardInfo], max_loop_lag_s: float) -> list[Re
     healthy run."""
     n = len(shards)
     out = [_lagged(s, n, max_loop_lag_s) for s in shards if _over(s, max_loop_lag_s)]
+    out += [_mismatch(s, n) for s in shards if _digests_differ(s)]
     for s in shards:
         if s.status != "lost":
             continue
@@ -46,7 +53,9 @@ def shard_reasons(shards: Sequence[ShardInfo], max_loop_lag_s: float) -> list[Re
                 code="shard_lost",
                 effect="invalid",
                 message=(
-                    f"{shard_name(s.index, n)} lost (exit {s.exit_code}){at}: its {s.workers} "
+                    f"{shard_name(s.index, n)} lost ({exit_words(s.exit_code)}){at}"
+                    + (f" ({s.lost_why})" if s.lost_why else "")
+                    + f": its {s.workers} "
                     f"workers stopped and {flight} are not in the journal; the other "
                     f"shards drained, and the record holds the {s.requests} requests it "
                     "finished before"
@@ -69,5 +78,23 @@ def _lagged(s: ShardInfo, n: int, max_loop_lag_s: float) -> Reason:
             f"{shard_name(s.index, n)}: its event-loop lag p99 {s.loop_lag_p99_s * 1000:.0f} ms "
             f"exceeds {max_loop_lag_s * 1000:.0f} ms: its latencies include the client's "
             "own queueing"
+        ),
+    )
+
+
+def _digests_differ(s: ShardInfo) -> bool:
+    return bool(s.journal_sha256 and s.received_sha256 and s.journal_sha256 != s.received_sha256)
+
+
+def _mismatch(s: ShardInfo, n: int) -> Reason:
+    """A shard on another host whose journal there is not what the coordinator got."""
+    return Reason(
+        code="shard_journal_mismatch",
+        effect="invalid",
+        message=(
+            f"{shard_name(s.index, n)}: its journal on {s.host} (sha256 "
+            f"{(s.journal_sha256 or '')[:12]}, {s.journal_lines} lines) is not what the "
+            f"coordinator received (sha256 {(s.received_sha256 or '')[:12]}, "
+            f"{s.received_lines} lines): results were lost or changed on the way"
         ),
     )

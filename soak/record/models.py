@@ -260,6 +260,31 @@ class ShardInfo(BaseModel):
     in_flight_at_loss: int | None = None
     """A lost shard: its requests in flight by its last heartbeat; none of them is in the
     journal."""
+    lost_why: str | None = None
+    """A lost shard on another host (``--ray``): what was lost (its host, its actor)."""
+    node_id: str | None = None
+    """``--ray``: the Ray node it ran on (``host`` is that node's address)."""
+    clock_offset_ns: int | None = None
+    """``--ray``: its host's monotonic clock minus the coordinator's at its start, ns
+    (the fastest of several round trips); its results were shifted by it onto the run's
+    timeline. None: one host, one clock."""
+    clock_uncertainty_ns: int | None = None
+    """``--ray``: half that fastest round trip: the offset is right within this."""
+    clock_offset_end_ns: int | None = None
+    """``--ray``: the offset measured again at its end (the drift is the difference)."""
+    clock_uncertainty_end_ns: int | None = None
+    """``--ray``: the end measurement's uncertainty."""
+    journal_sha256: str | None = None
+    """``--ray``: sha256 of everything it wrote, as its host journaled it."""
+    journal_lines: int | None = None
+    """``--ray``: the lines of that journal on its host."""
+    journal_path: str | None = None
+    """``--ray``: where that journal is on its host (to fetch it and check it again)."""
+    received_sha256: str | None = None
+    """``--ray``: sha256 of the bytes the coordinator received from it (equal to
+    ``journal_sha256``, or the run is INVALID: ``shard_journal_mismatch``)."""
+    received_lines: int | None = None
+    """``--ray``: the lines the coordinator received from it."""
 
 
 class PhaseSpan(BaseModel):

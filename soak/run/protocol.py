@@ -50,6 +50,10 @@ class RunProtocol:
         """Every phase the run gets to; the caller finalizes whatever happened."""
         st, cfg = self.state, self.state.config
         self._preflight()
+        if self._go_on() and cfg.ray is not None:  # one host per shard, before any load
+            from soak.run.ray_shards import ray_preflight  # Ray: an optional extra
+
+            await ray_preflight(st)
         if self._go_on():
             if not cfg.matrix:  # the matrix builds one pool per cell
                 st.pool = await self._calibrate_pool()

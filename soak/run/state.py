@@ -87,6 +87,9 @@ class RunState:
     # -- the load (written by the load phase: steady or matrix) --------------------------
     gen: LoadGenerator | None = None
     """The load generator issuing now (the matrix: the current batch's)."""
+    shard_launcher: Any = None
+    """``--ray``: how each shard is started (soak.run.ray_shards.RayShards, reserved
+    before any load); None: shards are this runner's children."""
     request_phase: str = "load"
     """The ``phase`` written with each journaled request (the matrix: warmup, matrix)."""
     warmup: WarmupClock | None = None

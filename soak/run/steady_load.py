@@ -73,6 +73,7 @@ class SteadyLoad:
             ignore_eos=cfg.ignore_eos,
             temperature=cfg.temperature,
             extra=cfg.body_extra(),  # reasoning_effort too: "every load request"
+            max_tokens_field=cfg.max_tokens_field,
         )
         return plan, bodies
 
@@ -215,7 +216,10 @@ def make_generator(
     if cfg.shards > 1:
         from soak.run.shards import sharded_generator  # it imports this module
 
-        return sharded_generator(cfg, plan, client, pool, bodies, sink, headers or {})
+        sharded = sharded_generator(cfg, plan, client, pool, bodies, sink, headers or {})
+        if sink.state.shard_launcher is not None:  # --ray: the hosts reserved at preflight
+            sharded.launcher = sink.state.shard_launcher
+        return sharded
     cap = in_flight_cap(cfg)
     think_s = cfg.think_time_s or 0.0
     if cfg.turns > 1 and (cfg.arrival == "closed" or cfg.rate is None or cap is None):
