@@ -302,9 +302,10 @@ def _behind_reasons(f: RunFacts, h: ClientHealth) -> list[Reason]:
     end together dips below the bound for a second now and then (the streak restarts),
     though it is behind on most of its reads: 89% of 30,000 samples read "ok" before."""
     limit = f"limit {f.max_client_behind:.0%}"
+    shards = max(1, len(f.shards))  # a run in one process lists none
     advice = (
         "it read slower than the server wrote, so its ITL/TTFT include its own queueing "
-        "— add shards or lower the load"
+        f"— {add_shard_words(shards)} (or lower the load)"
     )
     if h.behind_over_limit_s is not None and h.behind_over_limit_s >= f.client_overload_s:
         share = h.behind_fraction_in_streak
@@ -326,6 +327,12 @@ def _behind_reasons(f: RunFacts, h: ClientHealth) -> list[Reason]:
     else:
         return []
     return [Reason(code="client_behind", effect="invalid", message=words)]
+
+
+def add_shard_words(shards: int) -> str:
+    """The advice for a client behind the server's writes, in a run of ``shards`` load
+    processes (the verdict's ``client_behind`` and the live event say the same)."""
+    return f"the client is the bottleneck: rerun with --shards {shards + 1}"
 
 
 def _percent(share: float | None) -> str:

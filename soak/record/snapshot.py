@@ -239,17 +239,45 @@ class StepsNow(BaseModel):
         return min(1.0, self.current / self.planned)
 
 
+class ShardNow(BaseModel):
+    """One load shard of a sharded run, as its last heartbeat left it (``--shards N``;
+    schema 1.4: only a sharded run's snapshots carry ``shards``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    """0-based, as ``record.shards[i].index`` and the journal's ``shard``."""
+    status: Literal["starting", "running", "done", "lost"]
+    workers: int
+    """Its share of the closed loop's workers."""
+    in_flight: int | None = None
+    """By its last heartbeat (None: none yet)."""
+    requests: int = 0
+    """Finished requests the coordinator has received from it."""
+    loop_lag_p99_s: float | None = None
+    """Its event loop's lag: the worst of its last heartbeat's interval (None: not loading)."""
+    behind_fraction: float | None = None
+    """Of its socket samples over about the last 10 s, the share that found bytes
+    already queued (None: too few samples to say)."""
+    last_heartbeat_age_s: float | None = None
+    """Seconds since the coordinator last heard from it (None: never)."""
+    warning: str | None = None
+    """Why a running shard looks unhealthy, in words (``lag 310 ms``, ``behind 40%``,
+    ``silent 6 s``); None when it looks well (a lost one says so by its status)."""
+
+
 class Snapshot(AbsentUnlessSet):
     """One line of snapshots.jsonl."""
 
     model_config = ConfigDict(extra="forbid")
 
     absent_unless_set: ClassVar[frozenset[str]] = frozenset(
-        {"endurance", "matrix", "open_loop", "steps"}
+        {"endurance", "matrix", "open_loop", "steps", "shards"}
     )
     """``endurance``: written once the first soak window closed (never by a 1.1 writer);
     ``matrix``: only by a matrix run (never in a soak's snapshots); ``open_loop``: only by
-    an open-loop run once its window opened; ``steps``: only by a run with load steps."""
+    an open-loop run once its window opened; ``steps``: only by a run with load steps;
+    ``shards``: only by a sharded run."""
 
     schema_version: str = SNAPSHOT_SCHEMA_VERSION
     """``MAJOR.MINOR``; 1.0 lines hold the integer 1 (read as ``"1.0"``)."""
@@ -277,6 +305,8 @@ class Snapshot(AbsentUnlessSet):
     """An open-loop run's schedule against what was sent, lateness, the cap (schema 1.4)."""
     steps: StepsNow | None = None
     """A stepped load's current step and each step's progress (schema 1.4)."""
+    shards: list[ShardNow] | None = None
+    """A sharded run's shards, each as its last heartbeat left it (schema 1.4)."""
     events: list[Event] = Field(default_factory=list)
     """Events since the previous snapshot."""
     status: str = "running"

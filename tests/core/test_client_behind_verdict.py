@@ -33,7 +33,8 @@ def test_persistently_behind_makes_the_run_invalid_with_words_to_act_on():
     assert reasons[0].message == (
         "the client found data already waiting in the socket on 63% of sampled reads for "
         "40 s (limit 25% for 10 s): it read slower than the server wrote, so its ITL/TTFT "
-        "include its own queueing — add shards or lower the load"
+        "include its own queueing — the client is the bottleneck: rerun with --shards 2 "
+        "(or lower the load)"
     )
 
 

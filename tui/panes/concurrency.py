@@ -19,6 +19,7 @@ from tui.glyphs import Glyphs
 from tui.panes.base import Pane, fit, line, lines, muted
 from tui.panes.endurance import leak_line
 from tui.panes.open_loop import open_loop_lines
+from tui.panes.shard_lines import shard_rows
 from tui.runview import RunView
 
 _LOST_STYLE = "bold $text-error"
@@ -123,7 +124,8 @@ def _replica(
 
 
 class ConcurrencyPane(Pane):
-    """Client side first, then one line per replica, then the client's own health."""
+    """Client side first (a sharded run's shards after it), then one line per replica,
+    then the client's own health."""
 
     NUMBER = 4
     TITLE = "concurrency"
@@ -158,9 +160,12 @@ class ConcurrencyPane(Pane):
         engines = view.telemetry.engines
         health = {h.endpoint: h for h in view.telemetry.health if h.endpoint is not None}
         cov = view.telemetry.coverage
+        leaks = leak_line(view, LEAKS_SHOWN, width)
+        if snap is not None and snap.shards:  # a sharded run: its shards before replicas
+            spare = height - len(out) - 2 - (leaks is not None)  # a replica, the client
+            out += shard_rows(snap.shards, width, spare, g)
         if not engines:
             out.append(line(muted("no engine metrics")))
-        leaks = leak_line(view, LEAKS_SHOWN, width)
         room = max(1, height - len(out) - 1 - (leaks is not None))
         for i, eng in enumerate(engines):
             if i == room - 1 and len(engines) > room:
