@@ -141,6 +141,10 @@ class OpenLoopGenerator(LoadGenerator):
         """The scheduler's sleep, which set_rate, pause and stop cut short."""
         self._resumed_ns = 0
         """When issuing last resumed after a pause (arrivals due before it are skipped)."""
+        self.origin_ns: int | None = None
+        """The schedule's origin when another process fixed it (a load shard: its
+        coordinator's release, on this clock), so every shard's times are one schedule's;
+        None: this generator's own release."""
 
     async def start_workers(self) -> bool:
         """Warm ``plan.concurrency`` connections at once, then start the scheduler (it
@@ -179,8 +183,8 @@ class OpenLoopGenerator(LoadGenerator):
     # -- the rate ------------------------------------------------------------------------------
 
     def _now_s(self) -> float:
-        """Seconds since the barrier's release (0 before it)."""
-        released = self.state.barrier_released_ns
+        """Seconds since the schedule's origin, the barrier's release (0 before it)."""
+        released = self.state.barrier_released_ns if self.origin_ns is None else self.origin_ns
         return 0.0 if released is None else max(0.0, (self._clock_ns() - released) / 1e9)
 
     @property
@@ -188,16 +192,18 @@ class OpenLoopGenerator(LoadGenerator):
         """The curve's target rate now, requests/s (None: fixed times, a trace's)."""
         return None if self.curve is None else self.curve.rate_at(self._now_s())
 
-    def set_rate(self, rate: float) -> None:
+    def set_rate(self, rate: float, at_s: float | None = None) -> None:
         """Hold ``rate`` from now on (before the release: from the window's start). The
         arrival being waited for is re-timed at once: a change from 1 to 100 requests/s
-        does not wait out the 1 s gap drawn under the old rate."""
+        does not wait out the 1 s gap drawn under the old rate. ``at_s``: the change's
+        time in seconds from the origin, where another process chose it (a shard's
+        coordinator: every shard's curve is then the same); None: now."""
         if self.curve is None:
             raise ValueError(
                 "set_rate: this schedule's send times are fixed (a trace's); only a "
                 "rate-driven open loop (constant, poisson, gamma) can change its rate"
             )
-        self.curve.set_from(self._now_s(), rate)
+        self.curve.set_from(self._now_s() if at_s is None else at_s, rate)
         self._curve_changes += 1
         self._poke()
 
@@ -283,7 +289,7 @@ class OpenLoopGenerator(LoadGenerator):
         """Send each arrival at its time until the window ends or stop is asked. An arrival
         already due is sent in the same pass, with no await: a burst costs one wake-up."""
         assert self.state.barrier_released_ns is not None
-        start_ns = self.state.barrier_released_ns
+        start_ns = self.state.barrier_released_ns if self.origin_ns is None else self.origin_ns
         window_s = self.plan.duration_s
         end_ns = NEVER_NS if window_s is None else start_ns + int(window_s * 1e9)
         clock, issuing, stop = self._clock_ns, self._issuing, self._stop

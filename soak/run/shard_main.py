@@ -1,7 +1,9 @@
 """One load shard: ``python -m soak.run.shard_main``, started by the coordinator.
 
 A shard is an ordinary closed loop (:class:`loadgen.workers.LoadGenerator`) on its own
-process and event loop, for its share of the run's workers; it streams, which is the
+process and event loop, for its share of the run's workers — or an open loop
+(:class:`ShardOpenLoop`) that draws the run's whole arrival schedule and sends its own
+share of it, the arrivals ``g`` with ``g % shards == index``; it streams, which is the
 per-token cost that needs more than one core, and forwards each finished request to
 the coordinator as one line (:mod:`soak.run.shard_protocol`). It never writes to disk:
 the coordinator journals. Its spec (headers included) arrives on stdin; stdout is the
@@ -13,24 +15,30 @@ coordinator.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import resource
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 
 from loadgen import eventloop
+from loadgen.arrivals import RateCurve, curve_draws
 from loadgen.client import StreamClient
 from loadgen.envelope import RequestResult
+from loadgen.open_loop import OpenLoopGenerator
 from loadgen.prompts import BodyBuilder, Prompt, PromptPool
 from loadgen.read_health import PROCESS_TALLY
+from loadgen.trace_source import TraceSource
 from loadgen.workers import LoadGenerator, LoadPlan, StreamingClient
 from probes.host import LoopLagMonitor, raise_fd_limit
-from soak.run.shard_protocol import encode_result, global_index, message
+from soak.run.shard_protocol import encode_result, global_index, message, share
+from soak.run.shard_trace import trace_pool_from_spec
+from soak.run.trace_setup import REPLAYED
 
 HEARTBEAT_S = 1.0
 """How often a shard reports its live counters (the coordinator's snapshots sum them)."""
@@ -57,6 +65,70 @@ class ShardWorkers(LoadGenerator):
     def _next_seq(self) -> int | None:
         local = super()._next_seq()
         return None if local is None else global_index(local, self.shards, self.index)
+
+
+class ShardOpenLoop(OpenLoopGenerator):
+    """A shard's open loop: the run's schedule (same seed, curve and origin), of which
+    it sends the arrivals ``g % shards == index`` — arrival ``g`` as request ``g``, its
+    prompt the one ``g`` picks — so the shards together send, at the same intended
+    instants, what one process would. (After a pause one process numbers its requests
+    by those it sent, the shards by the schedule's arrival: the ids stay unique.)
+
+    A trace replay (``schedule["replay"]``) sends the trace's times and lines, and ends
+    its window once its last arrival is sent, as one process's replay does."""
+
+    def __init__(
+        self,
+        plan: LoadPlan,
+        client: StreamingClient,
+        pool: PromptPool,
+        bodies: BodyBuilder,
+        on_result: Callable[[RequestResult], None],
+        schedule: dict[str, Any],
+        shards: int,
+        index: int,
+    ) -> None:
+        cap = share(int(schedule["max_in_flight"]), shards, index)
+        replay = schedule.get("replay")
+        if replay is not None:
+            trace_pool = trace_pool_from_spec(replay)
+            source = TraceSource(trace_pool, bodies)
+            super().__init__(plan, client, trace_pool, bodies, on_result, iter(()), cap,
+                             source=source)  # fmt: skip
+            assert trace_pool.trace is not None
+            scale = trace_pool.time_scale  # as trace_setup.scaled_offsets divides them
+            times = [a.offset_s / scale for a in trace_pool.trace.arrivals]
+            self._offsets = self._replayed(itertools.islice(times, index, None, shards))
+        else:
+            curve = RateCurve([(float(t), float(r)) for t, r in schedule["points"]])
+            for t, r in schedule["changes"]:  # live changes made before this shard started
+                curve.set_from(float(t), float(r))
+            model, cv, seed = schedule["model"], schedule["burstiness"], schedule["seed"]
+            draws = curve_draws(model, curve, cv, seed)
+            mine: Iterator[float] = itertools.islice(draws, index, None, shards)
+            # The first block of draws now, behind the barrier, not at the window's first
+            # arrival (a numpy call, and this shard's first arrival would wait for it).
+            mine = itertools.chain(list(itertools.islice(mine, 1)), mine)
+            super().__init__(plan, client, pool, bodies, on_result, mine, cap, curve=curve)
+        self.shards = shards
+        self.index = index
+
+    def _replayed(self, offsets: Iterator[float]) -> Iterator[float]:
+        """The replay's times, then its window's end (its last arrival is sent before
+        the scheduler asks for the next time)."""
+        yield from offsets
+        self.stop_issuing(REPLAYED)
+
+    def settled_ns(self) -> int:
+        """An instant before which every request this shard sent has ended and been
+        handed to ``on_result`` (so its line is queued ahead of any report made now):
+        the earliest send still in flight, else now. The coordinator's merged peak
+        (:mod:`soak.run.shard_peak`) sweeps up to the least of the shards'."""
+        return min((r.sent_ns for _, r in self._requests.values()), default=self._clock_ns())
+
+    def _start(self, seq: int, arrival: int, intended_ns: int) -> None:
+        g = global_index(arrival, self.shards, self.index)
+        self._launch(g, self.source.request(g), intended_ns)
 
 
 def pool_from_spec(spec: dict[str, Any]) -> PromptPool:
@@ -98,7 +170,7 @@ class Shard:
         self.sent = 0
         """Result lines sent: the coordinator's count of this shard's requests agrees."""
         self.lag = LoopLagMonitor()
-        self.gen: ShardWorkers | None = None
+        self.gen: ShardWorkers | ShardOpenLoop | None = None
         self.load: asyncio.Task[None] | None = None
 
     # -- output: batched per loop turn (one write for the results of a turn) -----------
@@ -118,6 +190,11 @@ class Shard:
     def on_result(self, r: RequestResult) -> None:
         self.sent += 1
         self.send(encode_result(r, global_index(r.worker, self.shards, self.index)))
+
+    def on_open_result(self, r: RequestResult) -> None:
+        """An open loop's result: its ``worker`` (its endpoint's index) is the run's."""
+        self.sent += 1
+        self.send(encode_result(r, r.worker))
 
     async def flushed(self) -> None:
         """Every line written to the pipe, then the pipe closed (the coordinator reads
@@ -151,6 +228,11 @@ class Shard:
             # client_behind judges the processes that read the streams.
             "q_samples": PROCESS_TALLY.samples,
             "q_hits": PROCESS_TALLY.hits,
+            # An open loop's own counts (the coordinator sums them; 0 for a closed loop).
+            "held_by_cap": getattr(gs, "held_by_cap", 0),
+            "in_flight_peak": getattr(gs, "in_flight_peak", 0),
+            "skipped_paused": getattr(gs, "skipped_paused", 0),
+            "settled_ns": gen.settled_ns() if isinstance(gen, ShardOpenLoop) else None,
         }
 
     async def heartbeat(self) -> None:
@@ -169,10 +251,18 @@ class Shard:
         raise_fd_limit(spec["client"]["max_connections"] + 256)
         self.lag.start()
         async with StreamClient(**spec["client"]) as client:
-            gen = self.gen = ShardWorkers(
-                plan, client, pool_from_spec(spec["pool"]), bodies, self.on_result,
-                self.shards, self.index,
-            )  # fmt: skip
+            pool, schedule = pool_from_spec(spec["pool"]), spec.get("schedule")
+            gen: ShardWorkers | ShardOpenLoop
+            if schedule is None:
+                gen = ShardWorkers(
+                    plan, client, pool, bodies, self.on_result, self.shards, self.index
+                )
+            else:
+                gen = ShardOpenLoop(
+                    plan, client, pool, bodies, self.on_open_result, schedule,
+                    self.shards, self.index,
+                )  # fmt: skip
+            self.gen = gen
             gen.on_issue_end = lambda: self.send(
                 message("issue_end", ns=gen.state.issue_ended_ns, reason=gen.state.stop_reason)
             )
@@ -209,7 +299,9 @@ class Shard:
         await self.flushed()
         return 0
 
-    async def _obey(self, commands: asyncio.StreamReader, gen: ShardWorkers) -> None:
+    async def _obey(
+        self, commands: asyncio.StreamReader, gen: ShardWorkers | ShardOpenLoop
+    ) -> None:
         """Commands until the load is over (``done`` follows) or the barrier is torn down."""
         while True:
             read = asyncio.ensure_future(commands.readline())
@@ -224,6 +316,8 @@ class Shard:
             cmd: dict[str, Any] = orjson.loads(line) if line.strip() else {"t": "eof"}
             kind = cmd["t"]
             if kind == "release" and self.load is None:
+                if isinstance(gen, ShardOpenLoop):  # the schedule's origin: the run's
+                    gen.origin_ns = int(cmd["t0"])
                 self.load = asyncio.create_task(gen.run())
                 # Queued after the task's first step, which stamps the release time: a
                 # shard lost later still has its release offset in the record.
@@ -238,6 +332,10 @@ class Shard:
                 gen.resume()
             elif kind == "set":
                 gen.set_concurrency(int(cmd["n"]))
+            elif kind == "rate" and isinstance(
+                gen, ShardOpenLoop
+            ):  # at the coordinator's instant: one curve in every shard
+                gen.set_rate(float(cmd["rate"]), at_s=float(cmd["at_s"]))
             elif kind == "step":
                 gen.step = cmd["step"]
             elif kind in ("abort", "cancel", "eof"):

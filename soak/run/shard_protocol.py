@@ -3,13 +3,17 @@
 One host, one clock: ``time.perf_counter_ns`` is CLOCK_MONOTONIC on Linux, the same
 clock in every process of the host, so a shard sends its raw nanoseconds and the
 coordinator journals them against the run's origin with no offset (the shard's ``ready``
-carries its clock reading, which the coordinator checks against its own).
+carries its clock reading, which the coordinator checks against its own). A shard on
+another host has a ``ShardLink.clock_offset_ns`` (its clock minus the coordinator's):
+every instant sent to it gets the offset added, every one received has it taken away.
 
 Coordinator → shard (the shard's stdin), one JSON object a line: first the ``spec``
 (everything the shard builds its client and workers from — headers included, which is
-why it travels on a pipe and never in argv or a file), then commands: ``release``,
-``stop``, ``abort``, ``pause``, ``resume``, ``set`` (a concurrency), ``step``,
-``cancel``. End of input is an abort: a shard never outlives its coordinator.
+why it travels on a pipe and never in argv or a file), then commands: ``release``
+(with ``t0``, the coordinator's release: an open loop's schedule origin), ``stop``,
+``abort``, ``pause``, ``resume``, ``set`` (a concurrency), ``rate`` (an open loop's new
+rate and the instant it holds from, ``at_s`` after ``t0``), ``step``, ``cancel``. End
+of input is an abort: a shard never outlives its coordinator.
 
 Shard → coordinator (its stdout): a finished request is a JSON *array* (the
 :class:`~loadgen.envelope.RequestResult` fields in :data:`RESULT_FIELDS` order: no key
@@ -20,6 +24,7 @@ Worker ``i`` of shard ``k`` of ``n`` is the run's worker ``i * n + k`` and its `
 request is the run's request number ``j * n + k``: the workers interleave, so a
 concurrency target ``c`` (the run's workers below ``c`` issue) splits exactly as
 :func:`share`, and the prompts are those the single process's sequence numbers pick.
+In an open loop the schedule's arrival ``g`` is shard ``g % n``'s and is request ``g``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``--shards N`` on one host: the closed loop's workers split over N shard processes.
+"""``--shards N`` on one host: the closed loop's workers split over N shard processes
+(an open loop's arrival schedule: :mod:`soak.run.shards_open`).
 
 The coordinator is the ordinary runner: :class:`ShardedGenerator` stands where the
 closed loop's :class:`~loadgen.workers.LoadGenerator` would (the same interface: the
@@ -10,7 +11,10 @@ time; the coordinator parses one line per finished request and hands it to the o
 figures, the thresholds, finalize, ``verify`` and ``recover`` see one merged load.
 
 How the coordinator holds each shard, copies its stderr, cleans its environment and words
-its loss is :mod:`soak.run.shard_links`.
+its loss is :mod:`soak.run.shard_links`; what it keeps of their reports (socket samples,
+loop lag, the record's ``shards[]``) is :mod:`soak.run.shard_reports`; how it starts one
+is its ``launcher`` (a child process here; a transport to other hosts passes its own,
+and its links' clock offsets).
 
 One barrier: :meth:`ShardedGenerator.start_workers` returns when every shard has every
 worker up; :meth:`ShardedGenerator.run` releases them all at once and owns the issue
@@ -24,25 +28,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from typing import Any, Final
 
 from loadgen.envelope import RequestResult
+from loadgen.headers import secret_vars
 from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.read_health import ReadTally
-from loadgen.stats import summarize
+from loadgen.tls import TlsFiles
 from loadgen.workers import LoadGenerator, LoadPlan, StreamingClient
 from soak.judge.shard_reasons import shard_name
 from soak.record.models import ShardInfo
 from soak.run.config import RunConfig
 from soak.run.request_sink import RequestSink
-from soak.run.shard_links import ShardLink, copy_shard_log, lost_words, shard_env
+from soak.run.shard_links import (
+    ShardLauncher,
+    ShardLink,
+    ShardProcess,
+    copy_shard_log,
+    local_launcher,
+    lost_words,
+    shard_env,
+    shift_result,
+)
 from soak.run.shard_main import pool_spec
-from soak.run.shard_protocol import READ_LIMIT, message, parse_line, shard_endpoints, share
+from soak.run.shard_protocol import message, parse_line, shard_endpoints, share
+from soak.run.shard_reports import add_lag, add_reads, shard_infos
 from soak.run.steady_load import live_connections
 
 SPAWN_GRACE_S: Final = 30.0
@@ -67,9 +81,15 @@ class ShardedGenerator(LoadGenerator):
         sink: RequestSink,
         shards: int,
         client_spec: Mapping[str, Any],
+        launcher: ShardLauncher = local_launcher,
+        secret_vars: Iterable[str] = (),
+        **base: Any,
     ) -> None:
         self.links = [ShardLink(k, share(plan.concurrency, shards, k)) for k in range(shards)]
-        super().__init__(plan, client, pool, bodies, sink.on_result)
+        self.launcher = launcher
+        """How each shard is started (:data:`~soak.run.shard_links.ShardLauncher`): a
+        child process here by default; a transport to other hosts passes its own."""
+        super().__init__(plan, client, pool, bodies, sink.on_result, **base)
         self._sink = sink
         self._spec_base = {
             "shards": shards,
@@ -77,7 +97,9 @@ class ShardedGenerator(LoadGenerator):
             "pool": pool_spec(pool),
         }
         self._client_spec = dict(client_spec)
-        self._env = shard_env(os.environ, client_spec.get("headers", {}))
+        # The secrets' source variables (loadgen.headers.secret_vars) stay out of the
+        # shards' environment: the headers reach them on stdin.
+        self._env = shard_env(os.environ, secret_vars)
         per_shard = int(client_spec["max_connections"])
         self._max_concurrency = per_shard * shards
         self._events_ended = asyncio.Event()
@@ -90,13 +112,14 @@ class ShardedGenerator(LoadGenerator):
     # -- the shard processes ---------------------------------------------------------------
 
     def _spec(self, link: ShardLink) -> bytes:
+        return message("spec", index=link.index, **self._spec_base, **self._spec_fields(link))
+
+    def _spec_fields(self, link: ShardLink) -> dict[str, Any]:
+        """The spec's load: its ``plan`` and ``client`` (an open loop adds its schedule)."""
         n, k, plan = len(self.links), link.index, self.plan
         limit = plan.max_requests
-        return message(
-            "spec",
-            index=k,
-            **self._spec_base,
-            plan={
+        return {
+            "plan": {
                 "endpoints": list(shard_endpoints(plan.endpoints, n, k)),
                 "concurrency": link.workers,
                 "duration_s": None,  # the window is the coordinator's: it sends stop
@@ -106,20 +129,15 @@ class ShardedGenerator(LoadGenerator):
                 "request_id_prefix": plan.request_id_prefix,
                 "backoff_max_s": plan.backoff_max_s,
             },
-            client=self._client_spec,
-        )
+            "client": self._client_spec,
+        }
+
+    async def launch_shard(self, link: ShardLink) -> ShardProcess:
+        """Start shard ``link.index`` (``launcher``'s job; a subclass may override)."""
+        return await self.launcher(link, self._env)
 
     async def _spawn_shard(self, link: ShardLink) -> None:
-        proc = link.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "soak.run.shard_main",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            limit=READ_LIMIT,
-            env=self._env,
-        )
+        proc = link.proc = await self.launch_shard(link)
         assert proc.stdin is not None
         proc.stdin.write(self._spec(link))  # headers on a pipe: never argv, never disk
         link.status = "running"
@@ -128,7 +146,7 @@ class ShardedGenerator(LoadGenerator):
             "shard", f"shard {link.index} started", "info", shard=link.index, pid=proc.pid
         )
 
-    def _send(self, link: ShardLink, line: bytes) -> None:
+    def _send_line(self, link: ShardLink, line: bytes) -> None:
         proc = link.proc
         if proc is None or proc.stdin is None or link.status != "running":
             return
@@ -138,7 +156,7 @@ class ShardedGenerator(LoadGenerator):
     def _send_all(self, kind: str, **body: Any) -> None:
         line = message(kind, **body)
         for link in self.links:
-            self._send(link, line)
+            self._send_line(link, line)
 
     async def _follow(self, link: ShardLink) -> None:
         """Read one shard's lines until it exits; then its fate (done or lost)."""
@@ -146,12 +164,14 @@ class ShardedGenerator(LoadGenerator):
         assert proc is not None and proc.stdout is not None and proc.stderr is not None
         name = shard_name(link.index, len(self.links))
         logs = asyncio.create_task(copy_shard_log(name, proc.stderr))
-        on_result, n = self._sink.on_result, link.index
+        on_result, n = self._result_sink(), link.index
         try:
             async for line in proc.stdout:
                 got = parse_line(line)
                 if isinstance(got, RequestResult):
                     link.requests += 1
+                    if link.clock_offset_ns:  # another host's clock (0 here: nothing to do)
+                        shift_result(got, link.clock_offset_ns)
                     on_result(got, shard=n)
                 else:
                     self._on_status(link, got)
@@ -171,6 +191,10 @@ class ShardedGenerator(LoadGenerator):
         link.finished.set()
         self._check_issue_end()
 
+    def _result_sink(self) -> Callable[..., None]:
+        """What each result received goes to: the journal (an open loop adds its peak)."""
+        return self._sink.on_result
+
     def _on_status(self, link: ShardLink, msg: dict[str, Any]) -> None:
         kind = msg["t"]
         if kind == "ready":
@@ -179,12 +203,12 @@ class ShardedGenerator(LoadGenerator):
             if all(lk.ready is not None or lk.status == "lost" for lk in self.links):
                 self._all_ready.set()
         elif kind == "released":
-            link.released_ns = msg.get("ns")
+            link.released_ns = link.reported_ns(msg.get("ns"))
         elif kind == "hb":
             link.beat = msg
             self._merge_counts()
-            self._add_reads(link, msg)
-            _add_lag(link, msg)
+            add_reads(self._read_tally, link, msg)
+            add_lag(link, msg)
         elif kind == "issue_end":
             link.issue_ended = True
             link.issue_reason = msg.get("reason")
@@ -192,21 +216,11 @@ class ShardedGenerator(LoadGenerator):
         elif kind == "done":
             link.done = link.beat = msg
             link.issue_ended = True
+            if link.released_ns is None:
+                link.released_ns = link.reported_ns(msg.get("released_ns"))
             self._merge_counts()
-            self._add_reads(link, msg)
-            _add_lag(link, msg)
-
-    def _add_reads(self, link: ShardLink, msg: Mapping[str, Any]) -> None:
-        """A shard's socket samples since its last report, into the run's read tally
-        (a report says its cumulative counts; a malformed one adds nothing)."""
-        tally, samples, hits = self._read_tally, msg.get("q_samples"), msg.get("q_hits")
-        if tally is None or not isinstance(samples, int) or not isinstance(hits, int):
-            return
-        new_samples, new_hits = samples - link.q_samples, hits - link.q_hits
-        if new_samples >= 0 and 0 <= new_hits <= new_samples:
-            tally.samples += new_samples
-            tally.hits += new_hits
-            link.q_samples, link.q_hits = samples, hits
+            add_reads(self._read_tally, link, msg)
+            add_lag(link, msg)
 
     def _check_issue_end(self) -> None:
         if all(lk.issue_ended or lk.status == "lost" for lk in self.links):
@@ -265,7 +279,7 @@ class ShardedGenerator(LoadGenerator):
                 continue
             for why, count in link.ready.get("failures", {}).items():
                 self.state.start_failures[f"shard {link.index}: {why}"] += int(count)
-            if int(link.ready["clock_ns"]) > now:  # one host, one monotonic clock
+            if link.from_shard(int(link.ready["clock_ns"])) > now:  # one clock, or offset
                 self.state.start_failures[
                     f"shard {link.index}: its monotonic clock is ahead of the coordinator's"
                 ] += link.workers
@@ -281,9 +295,10 @@ class ShardedGenerator(LoadGenerator):
 
     async def run(self) -> None:
         """Release every shard at once, close the window for all of them, await drains."""
-        self.state.barrier_released_ns = self._clock_ns()
+        t0 = self.state.barrier_released_ns = self._clock_ns()
         self._release.set()
-        self._send_all("release")
+        for link in self.links:  # the schedule's origin, on each shard's clock
+            self._send_line(link, message("release", t0=link.to_shard(t0)))
         waiters: set[asyncio.Future[Any]] = {
             asyncio.ensure_future(self._stop.wait()),
             asyncio.ensure_future(self._events_ended.wait()),
@@ -384,7 +399,7 @@ class ShardedGenerator(LoadGenerator):
         if self._release.is_set() and not self._stop.is_set() and n > self.state.requested:
             self.state.requested = n
         for link in self.links:
-            self._send(link, message("set", n=share(n, len(self.links), link.index)))
+            self._send_line(link, message("set", n=share(n, len(self.links), link.index)))
 
     @property
     def max_concurrency(self) -> int | None:
@@ -404,38 +419,8 @@ class ShardedGenerator(LoadGenerator):
     # -- the record ------------------------------------------------------------------------
 
     def shard_infos(self, redact_host: str = "local") -> list[ShardInfo]:
-        """Each shard as the record lists it (no pids: they mean nothing after the run)."""
-        released = self.state.barrier_released_ns
-        out = []
-        for link in self.links:
-            rep = link.done or link.beat
-            ns = (link.done or {}).get("released_ns", link.released_ns)
-            out.append(
-                ShardInfo(
-                    index=link.index,
-                    host=redact_host,
-                    workers=link.workers,
-                    requests=link.requests,
-                    release_offset_s=None
-                    if ns is None or released is None
-                    else round((int(ns) - released) / 1e9, 6),
-                    loop_lag_p99_s=summarize(link.lags, "nearest-rank").p99,
-                    cpu_s=rep.get("cpu_s"),
-                    status="lost" if link.status == "lost" else "done",
-                    exit_code=link.exit_code,
-                    lost_at_s=link.lost_at_s,
-                    in_flight_at_loss=link.in_flight_at_loss,
-                )
-            )
-        return out
-
-
-def _add_lag(link: ShardLink, msg: Mapping[str, Any]) -> None:
-    """A report's loop lag (its interval's worst, while loading) into the shard's series
-    (one a second, as the runner keeps its own: :func:`soak.run.finalize.client_health`)."""
-    lag = msg.get("lag_s")
-    if isinstance(lag, int | float) and not isinstance(lag, bool) and lag >= 0:
-        link.lags.append(float(lag))
+        """Each shard as the record lists it (:func:`~soak.run.shard_reports.shard_infos`)."""
+        return shard_infos(self.links, self.state.barrier_released_ns, redact_host)
 
 
 def sharded_generator(
@@ -450,18 +435,29 @@ def sharded_generator(
     """The coordinator's generator for ``cfg.shards`` shards: each builds its own client
     from these keywords (the run's, with the pool sized for the largest shard's workers
     and their live raise, as the single process sizes its own)."""
+    if cfg.arrival != "closed":
+        from soak.run.shards_open import sharded_open_loop  # it imports this module
+
+        return sharded_open_loop(cfg, plan, client, pool, bodies, sink, headers)
     client_spec = {
         "max_connections": live_connections(share(plan.concurrency, cfg.shards, 0)),
         "connect_timeout_s": cfg.connect_timeout_s,
         "read_timeout_s": cfg.read_timeout_s,
         "headers": dict(headers),
+        "tls": TlsFiles.of(cfg).spec(),  # paths only: each shard reads the files
         "sanity_checks": cfg.sanity_checks,
         "ignore_eos": cfg.ignore_eos,
     }
-    return ShardedGenerator(plan, client, pool, bodies, sink, cfg.shards, client_spec)
+    return ShardedGenerator(
+        plan, client, pool, bodies, sink, cfg.shards, client_spec,
+        secret_vars=secret_vars(cfg.headers, cfg.api_key_env),
+    )  # fmt: skip
 
 
 def record_shards(gen: LoadGenerator | None) -> list[ShardInfo]:
     """The record's ``shards`` (empty, and absent from the record, for a run in one
     process)."""
-    return gen.shard_infos() if isinstance(gen, ShardedGenerator) else []
+    if not isinstance(gen, ShardedGenerator):
+        return []
+    annotate = getattr(gen.launcher, "annotate", None)  # --ray: hosts, clocks, journals
+    return annotate(gen.shard_infos()) if annotate is not None else gen.shard_infos()
