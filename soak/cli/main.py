@@ -1,5 +1,5 @@
-"""The ``soaktop`` command line: run, demo, scout, attach, view, decide, compare, runs,
-report, sim, verify, recover.
+"""The ``soaktop`` command line: run, demo, scout, attach, view, serve, decide, compare,
+runs, report, sim, verify, recover.
 
 Exit codes (DESIGN.md §6, the README's table): 0 passed, 1 failed, 2 usage or
 configuration error, 3 invalid, 4 aborted, 5 the run directory could not be written, 6 the
@@ -16,12 +16,14 @@ and :mod:`soak.cli.reports`.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from soak.cli.outputs import outputs_refused, write_outputs
 from soak.cli.parser import build_parser, cli_flags, cli_values
 from soak.record.models import EXIT_STORAGE, EXIT_USAGE
 from soak.run.config import ConfigError, RunConfig
@@ -58,6 +60,11 @@ _UI: FrontendFactory | None = None
 
 
 def _terminal() -> bool:
+    """A screen to draw the monitor on: a terminal, or a Textual driver named by
+    ``TEXTUAL_DRIVER`` (textual-serve runs the app over pipes with its web driver there:
+    the browser is the screen). Pipes without a driver (CI, nohup) stay headless."""
+    if os.environ.get("TEXTUAL_DRIVER", "").strip():
+        return True
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
@@ -109,12 +116,32 @@ def launch(
 
 def cmd_run(ns: argparse.Namespace) -> int:
     """``soaktop run``."""
+    if _serve_refused(ns) or outputs_refused(ns):
+        return EXIT_USAGE
     try:
         cfg = load_config(cli_values(ns), toml_path=ns.config, cli_flags=cli_flags())
     except ConfigError as e:
         print(f"soaktop: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
-    return launch(cfg, ui=frontend_for(ns, cfg.headless))[0]
+    rc, run_dir = launch(cfg, ui=_with_serve(ns, frontend_for(ns, cfg.headless), cfg))
+    return write_outputs(ns, run_dir, rc)  # --junit, --summary-md: from the record
+
+
+def _with_serve(ns: argparse.Namespace, ui: Frontend | None, cfg: RunConfig) -> Frontend | None:
+    """``ui``, or with ``--serve`` the frontend that also serves it to a browser."""
+    from soak.cli.serve import secret_vars, serving
+
+    return serving(ns, ui, secret_vars(cfg.api_key_env, cfg.headers))
+
+
+def _serve_refused(ns: argparse.Namespace) -> bool:
+    """Print why ``--serve``'s flags are refused; True when they are (nothing started)."""
+    from soak.cli.serve import serve_problem
+
+    if (why := serve_problem(ns)) is None:
+        return False
+    print(f"soaktop: {why}", file=sys.stderr)
+    return True
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
@@ -128,6 +155,8 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     )
     from soak.record.journal import storage_words
 
+    if _serve_refused(ns) or outputs_refused(ns):
+        return EXIT_USAGE
     values = cli_values(ns)
     base = {
         "concurrency": 32,
@@ -172,7 +201,8 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 flush=True,
             )
             # The engine dies with this process, so a hang-up stops the run (no detach).
-            rc, run_dir = launch(cfg, detach_on_hup=False, ui=frontend_for(ns, cfg.headless))
+            ui = _with_serve(ns, frontend_for(ns, cfg.headless), cfg)
+            rc, run_dir = launch(cfg, detach_on_hup=False, ui=ui)
             try:
                 if run_dir is not None:
                     keep_server_logs(sim, run_dir, cfg)
@@ -184,7 +214,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                 )
             finally:
                 cleanup(sim)
-            return rc
+            return write_outputs(ns, run_dir, rc)  # --junit, --summary-md: from the record
     except SimStartError as e:
         print(f"soaktop: {e}", file=sys.stderr)
         return 1

@@ -50,6 +50,13 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--duration": {"type": float, "dest": "duration_s", "metavar": "S"},
     "--max-requests": {"type": int, "dest": "max_requests"},
     "--max-tokens": {"type": int, "dest": "max_tokens"},
+    "--ca-cert": {"type": Path, "dest": "ca_cert", "metavar": "PEM"},
+    "--client-cert": {"type": Path, "dest": "client_cert", "metavar": "PEM"},
+    "--client-key": {"type": Path, "dest": "client_key", "metavar": "PEM"},
+    "--max-tokens-field": {
+        "dest": "max_tokens_field",
+        "choices": ["max_tokens", "max_completion_tokens"],
+    },
     "--ignore-eos": {"action": "store_const", "const": True, "dest": "ignore_eos"},
     "--no-sanity": {"action": "store_const", "const": False, "dest": "sanity_checks"},
     "--prompts": {"type": Path, "dest": "prompts", "metavar": "FILE"},
@@ -57,7 +64,8 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--mix": {"type": Path, "dest": "mix", "metavar": "FILE"},
     "--turns": {"type": int, "dest": "turns", "metavar": "K"},
     "--think-time": {"dest": "think_time_s", "metavar": "S"},
-    "--shards": {"dest": "shards", "metavar": "N"},  # a text: "auto" is refused in words
+    "--shards": {"dest": "shards", "metavar": "N"},  # a text: N or "auto"
+    "--ray": {"dest": "ray", "metavar": "HOST:PORT"},
     "--pool-seed": {"type": int, "dest": "pool_seed"},
     "--label": {"dest": "label"},
     "--purpose": {"dest": "purpose"},
@@ -67,6 +75,8 @@ _COMMON_FLAGS: dict[str, dict[str, Any]] = {
     "--percentile-method": {"dest": "percentile_method", "choices": ["nearest-rank", "linear"]},
     "--interval": {"type": float, "dest": "interval_s", "metavar": "S"},
     "--headless": {"action": "store_const", "const": True, "dest": "headless"},
+    "--metrics-port": {"type": int, "dest": "metrics_port", "metavar": "PORT"},
+    "--metrics-host": {"dest": "metrics_host", "metavar": "ADDR"},
     "--redact": {"action": "store_const", "const": True, "dest": "redact"},
     "--gates": {
         "type": lambda v: [s.strip() for s in v.split(",") if s.strip()],
@@ -218,6 +228,7 @@ _RUN_FLAGS = {
     "api": "--api",
     "engine": "--engine",
     "api_key_env": "--api-key-env",
+    "headers": "--header",
 }
 
 
@@ -288,10 +299,18 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"{_field_help('endpoints')} Repeat for several replicas.",
     )
     run.add_argument("--model", help=_field_help("model"))
-    run.add_argument("--api", choices=["chat", "completions"], help=_field_help("api"))
+    run.add_argument("--api", choices=["chat", "completions", "responses"], help=_field_help("api"))
     run.add_argument("--engine", help=_field_help("engine"))
     run.add_argument(
         "--api-key-env", dest="api_key_env", metavar="VAR", help=_field_help("api_key_env")
+    )
+    run.add_argument(
+        "--header",
+        action="append",
+        dest="headers",
+        metavar="'NAME: VALUE'",
+        help=f"{_field_help('headers')} Repeat for several; 'NAME: env:VAR' keeps a secret "
+        "off the command line.",
     )
     run.add_argument(
         "--config",
@@ -322,6 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
     from soak.cli.scout import add_parser as add_scout  # after `run`: it takes run's flags
 
     add_scout(sub)
+    from soak.cli.outputs import add_parsers as add_outputs  # after `scout`: run's only
+
+    add_outputs(sub)
+    from soak.cli.serve import add_parser as add_serve  # after `scout`: run's --serve is not its
+
+    add_serve(sub)
     from soak.cli.control import add_parser as add_control
 
     add_control(sub)
@@ -347,6 +372,7 @@ def cli_values(ns: argparse.Namespace) -> dict[str, Any]:
         "api",
         "engine",
         "api_key_env",
+        "headers",
     }
     values = {k: getattr(ns, k) for k in keys if hasattr(ns, k)}
     if values.get("recipe") is not None:  # --recipe items, in order: a later key wins

@@ -15,13 +15,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from pydantic import AfterValidator as After
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from loadgen.headers import check_spec, headers_problem
+from loadgen.tls import check_pem
 from soak.judge import limits
-from soak.run.config_checks import file_problem, log_problem, out_problem, url_problem
+from soak.run.config_fields import (
+    checked_commands,
+    checked_dcgm,
+    checked_endpoints,
+    checked_matrix,
+    checked_out,
+    checked_prompts,
+    checked_server_cmd_file,
+    checked_server_logs,
+    checked_server_pids,
+    checked_suite_files,
+    checked_warmup,
+)
 from soak.run.config_mix import MixSpec, read_mix_value
-from soak.run.config_shards import Shards, shards_problem
-from soak.run.config_telemetry import command_problem, required_kinds, sources_problem
+from soak.run.config_ray import ray_problem
+from soak.run.config_shards import Shards, mark_auto, shards_problem
+from soak.run.config_telemetry import required_kinds, sources_problem
 from soak.run.config_turns import MAX_TURNS, ThinkTime, turns_problem
 
 
@@ -57,14 +73,14 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
-    endpoints: list[Annotated[str, Field(max_length=2048)]] = Field(
-        min_length=1, max_length=MAX_LIST
+    endpoints: Annotated[list[Annotated[str, Field(max_length=2048)]], After(checked_endpoints)] = (
+        Field(min_length=1, max_length=MAX_LIST)
     )
     """Base URLs of the OpenAI-compatible servers (one per replica), e.g. http://127.0.0.1:8000."""
     model: str = Field(min_length=1, max_length=256)
     """Served model name sent in every request (must be listed by /v1/models)."""
-    api: Literal["chat", "completions"] = "chat"
-    """Which streaming API the load uses: /v1/chat/completions or /v1/completions."""
+    api: Literal["chat", "completions", "responses"] = "chat"
+    """The streaming API of the load: /v1/chat/completions, /v1/completions, /v1/responses."""
     concurrency: int = Field(32, ge=1, le=100_000)
     """Closed-loop workers: each sends its next request when its last one ends."""
     arrival: Literal["closed", "constant", "poisson", "gamma", "trace"] = "closed"
@@ -100,6 +116,8 @@ class RunConfig(BaseModel):
     """Stop issuing after this many requests (with or instead of duration_s)."""
     max_tokens: int = Field(256, ge=1, le=10_000_000)
     """max_tokens of every load request."""
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """The body field carrying max_tokens (chat, completions; responses: max_output_tokens)."""
     ignore_eos: bool = False
     """Send ignore_eos so every request generates exactly max_tokens (vLLM extension)."""
     temperature: float | None = Field(None, ge=0, le=2)
@@ -121,7 +139,7 @@ class RunConfig(BaseModel):
     """Check every completed load response for sanity (empty, runaway whitespace,
     repetition, a finish reason not asked for: ``loadgen.sanity``); ``--no-sanity`` turns
     the checks off."""
-    prompts: Path | None = None
+    prompts: Annotated[Path | None, After(checked_prompts)] = None
     """Prompt file: ShareGPT JSON (from/value or role/content) or JSONL of {"prompt": ...}."""
     synthetic_input_tokens: int | None = Field(None, ge=1, le=10_000_000)
     """Synthetic prompts of about this many tokens (calibrated with the server's /tokenize)."""
@@ -147,10 +165,10 @@ class RunConfig(BaseModel):
     """Facts about the recipe that no server states (checkpoint revision, image, TP/DP
     size, weight and KV precision, notes), as key = value: recorded in the identity and
     compared between runs."""
-    server_cmd_file: Path | None = None
+    server_cmd_file: Annotated[Path | None, After(checked_server_cmd_file)] = None
     """A file holding the server's exact launch command: recorded in the identity with
     API keys, tokens, passwords and auth headers scrubbed, and hashed."""
-    out: Path = Path("runs")
+    out: Annotated[Path, After(checked_out)] = Path("runs")
     """Directory that receives one run directory per run."""
     drain_timeout_s: float = Field(120.0, gt=0, le=LONGEST_S)
     """After the issue window, how long in-flight requests may take before they are cancelled."""
@@ -170,7 +188,7 @@ class RunConfig(BaseModel):
     series_window_s: int = Field(60, ge=1, le=3600)
     """Soak windows on one timeline: the load is judged window by window for drift and
     leaks (``windows.jsonl``, the record's ``windows`` and ``endurance``)."""
-    warmup: str | None = Field(None, max_length=32)
+    warmup: Annotated[str | None, After(checked_warmup)] = Field(None, max_length=32)
     """A soak warm-up at the load's start, ``90s``, ``2m`` or ``200req``: its requests are
     journaled (phase ``warmup``) but left out of the judged figures and the baseline."""
     soak_policy: Literal["default", "none"] = "default"
@@ -188,9 +206,24 @@ class RunConfig(BaseModel):
     """Client event-loop lag (p99 over the load) above which latencies are the client's: INVALID."""
     headless: bool = False
     """Never open the Textual monitor; print status lines instead."""
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    """Serve soaktop's own live figures in Prometheus exposition on this port (off the
+    measuring loop: soak.run.metrics_export); None: no endpoint."""
+    metrics_host: str = Field("127.0.0.1", min_length=1, max_length=64)
+    """Address the metrics endpoint listens on: an IP address or localhost (anything
+    but loopback exposes the figures to the network, with a warning)."""
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)
     """Name of an environment variable holding the API key (the key never reaches disk);
     it must be set and non-empty when the run starts."""
+    headers: list[Annotated[str, After(check_spec)]] = Field([], max_length=64)
+    """Extra request headers, "Name: value" or "Name: env:VAR" (the value from $VAR): sent
+    on the load, the gates and the engine scrapes; the record shows names only."""
+    ca_cert: Annotated[Path | None, After(check_pem)] = None
+    """A CA bundle (PEM) trusted for https endpoints beside the system's (loadgen.tls)."""
+    client_cert: Annotated[Path | None, After(check_pem)] = None
+    """A client certificate (PEM) for servers that require mutual TLS."""
+    client_key: Annotated[Path | None, After(check_pem)] = None
+    """The client certificate's private key (PEM), unless the certificate file holds it."""
     redact: bool = False
     """Drop endpoints, hostnames and paths from everything written to the run directory."""
     gates: list[Annotated[str, Field(max_length=64)]] = Field(
@@ -198,7 +231,9 @@ class RunConfig(BaseModel):
     )
     """Probe suites run before and after the load (built in: json, tools, stream-tools,
     tool-result, smoke, needle); empty runs no gates."""
-    suite_files: list[Path] = Field(default_factory=list, max_length=MAX_LIST)
+    suite_files: Annotated[list[Path], After(checked_suite_files)] = Field(
+        default_factory=list, max_length=MAX_LIST
+    )
     """Extra suite files (JSON); one named like a built-in suite replaces it."""
     force_load: bool = False
     """Run the load even when a before-load gate failed (recorded in the verdict)."""
@@ -226,22 +261,24 @@ class RunConfig(BaseModel):
     nvml: bool = True
     """Read this host's GPUs through NVML (memory, utilisation, temperature, power,
     throttling, Xid and ECC events); without an NVIDIA driver it says "unavailable" once."""
-    dcgm: list[Annotated[str, Field(max_length=2048)]] = Field(
+    dcgm: Annotated[list[Annotated[str, Field(max_length=2048)]], After(checked_dcgm)] = Field(
         default_factory=list, max_length=MAX_LIST
     )
     """DCGM exporter /metrics URLs (one per GPU node): GPU memory, utilisation, temperature,
     power, throttling, Xid and ECC faults."""
-    server_log: list[Path] = Field(default_factory=list, max_length=MAX_LIST)
+    server_log: Annotated[list[Path], After(checked_server_logs)] = Field(
+        default_factory=list, max_length=MAX_LIST
+    )
     """Server log file(s), one per replica: followed for fault lines (CUDA errors, Xid,
     NCCL, engine death, tracebacks), and excerpts go into failed probes' evidence. A file
     may appear after the start (it is waited for), but its directory must exist."""
-    server_log_cmd: list[Annotated[str, Field(max_length=4096)]] = Field(
-        default_factory=list, max_length=MAX_LIST
-    )
+    server_log_cmd: Annotated[
+        list[Annotated[str, Field(max_length=4096)]], After(checked_commands)
+    ] = Field(default_factory=list, max_length=MAX_LIST)
     """Commands whose output is a server log, e.g. "docker logs -f --since 0s vllm" or
     "journalctl -f -u vllm" (followed like server_log; the program must be on PATH)."""
 
-    matrix: str | None = Field(None, max_length=4096)
+    matrix: Annotated[str | None, After(checked_matrix)] = Field(None, max_length=4096)
     """Run the matrix profile instead of a soak: "input=6000,25000 concurrency=1,4 reps=3
     requests=4 [warmup=1]" — every (input, concurrency) cell as reps × requests timed
     requests after an untimed warm-up (warmup requests per worker), unique synthetic
@@ -253,7 +290,9 @@ class RunConfig(BaseModel):
     strict (a mismatch with no failed or cut request to explain it makes the run INVALID)."""
     ignore_xid: list[Xid] = Field(default_factory=list, max_length=MAX_LIST)
     """Xid codes that do not fail the run (still recorded), e.g. 45 (preemptive cleanup)."""
-    server_pid: list[Pid] = Field(default_factory=list, max_length=MAX_LIST)
+    server_pid: Annotated[list[Pid], After(checked_server_pids)] = Field(
+        default_factory=list, max_length=MAX_LIST
+    )
     """PIDs of server processes on this host whose CPU and memory are sampled (host telemetry)."""
     telemetry_interval_s: float = Field(1.0, ge=0.1, le=60)
     """Sampling interval of the engine /metrics, GPU and host sources."""
@@ -276,7 +315,15 @@ class RunConfig(BaseModel):
     shards: Shards = 1
     """Load processes on this host the closed loop's workers are split over (--shards N,
     soak.run.shards; a closed-loop steady load only, soak.run.config_shards); 1: the
-    runner's own loop."""
+    runner's own loop; auto: resolved to a number when the config is built (shards_auto
+    says how)."""
+    shards_auto: str | None = Field(None, max_length=300)
+    """``--shards auto``: the request and how it was resolved, in words (``auto: 2
+    shards (3 spare cores of 4, 512 streams need 2)``); None when a number was given."""
+    ray: str | None = Field(None, min_length=1, max_length=300)
+    """The shards on the nodes of the Ray cluster at HOST:PORT, one node each (nodes
+    that offer the soaktop_shard resource; needs soaktop[distributed]); unset: on this
+    host."""
 
     @field_validator("mix", mode="before")
     @classmethod
@@ -299,31 +346,13 @@ class RunConfig(BaseModel):
             )
         return self
 
-    @field_validator("warmup")
+    @field_validator("metrics_host")
     @classmethod
-    def _check_warmup(cls, v: str | None) -> str | None:
-        from soak.run.warmup import parse_warmup
+    def _check_metrics_host(cls, v: str) -> str:
+        from soak.run.metrics_export import host_problem
 
-        if v is not None:
-            parse_warmup(v)  # raises with the words: what was given and what is allowed
-        return v
-
-    @field_validator("endpoints")
-    @classmethod
-    def _check_endpoints(cls, v: list[str]) -> list[str]:
-        out = []
-        for url in v:
-            if (why := url_problem(url)) is not None:
-                raise ValueError(why)
-            out.append(url.rstrip("/").removesuffix("/v1"))
-        return out
-
-    @field_validator("dcgm")
-    @classmethod
-    def _check_dcgm(cls, v: list[str]) -> list[str]:
-        for url in v:
-            if (why := url_problem(url, example="http://gpu-node:9400/metrics")) is not None:
-                raise ValueError(why)
+        if (why := host_problem(v)) is not None:
+            raise ValueError(why)
         return v
 
     @field_validator("canary_interval_s", mode="before")
@@ -331,65 +360,12 @@ class RunConfig(BaseModel):
     def _zero_is_off(cls, v: Any) -> Any:
         return None if v in (0, "0", 0.0, "") else v
 
-    @field_validator("server_log_cmd")
-    @classmethod
-    def _check_commands(cls, v: list[str]) -> list[str]:
-        for cmd in v:
-            if (why := command_problem(cmd)) is not None:
-                raise ValueError(why)
-        return v
-
     @field_validator("recipe", mode="before")
     @classmethod
     def _check_recipe(cls, v: Any) -> Any:
         from soak.run.config_public import declared_recipe
 
         return declared_recipe(v)
-
-    @field_validator("server_cmd_file")
-    @classmethod
-    def _check_server_cmd_file(cls, v: Path | None) -> Path | None:
-        from soak.run.recipe_probe import read_server_cmd
-
-        if v is not None:
-            try:
-                read_server_cmd(v)
-            except ValueError as e:
-                raise ValueError(f"server command file {str(v)!r} {e}") from None
-        return v
-
-    @field_validator("prompts")
-    @classmethod
-    def _check_prompts(cls, v: Path | None) -> Path | None:
-        if v is not None and (why := file_problem(v)) is not None:
-            raise ValueError(f"prompts file {str(v)!r} {why}")
-        return v
-
-    @field_validator("suite_files")
-    @classmethod
-    def _check_suite_files(cls, v: list[Path]) -> list[Path]:
-        for path in v:
-            if (why := file_problem(path)) is not None:
-                raise ValueError(f"suite file {str(path)!r} {why}")
-        return v
-
-    @field_validator("server_log")
-    @classmethod
-    def _check_server_logs(cls, v: list[Path]) -> list[Path]:
-        # The engine may create its log after soaktop starts (it is waited for), so only
-        # an existing path must be a readable file; a missing one needs its directory.
-        for path in v:
-            why = log_problem(path)
-            if why is not None:
-                raise ValueError(f"server log {str(path)!r} {why}")
-        return v
-
-    @field_validator("out")
-    @classmethod
-    def _check_out(cls, v: Path) -> Path:
-        if (why := out_problem(v)) is not None:
-            raise ValueError(f"{str(v)!r} {why}")
-        return v
 
     @model_validator(mode="after")
     def _check_thresholds(self) -> RunConfig:
@@ -412,28 +388,6 @@ class RunConfig(BaseModel):
             raise ValueError(f"gates = {','.join(self.gates)!r}: {e}") from None
         return self
 
-    @field_validator("server_pid")
-    @classmethod
-    def _check_server_pids(cls, v: list[int]) -> list[int]:
-        from soak.watch.host import check_server_pid
-
-        for pid in v:
-            if (why := check_server_pid(pid)) is not None:
-                raise ValueError(f"{pid}: {why}")
-        return v
-
-    @field_validator("matrix")
-    @classmethod
-    def _check_matrix(cls, v: str | None) -> str | None:
-        from soak.record.matrix import MatrixError, parse_matrix
-
-        if v is None:
-            return None
-        try:
-            return parse_matrix(v).text()
-        except MatrixError as e:
-            raise ValueError(str(e).removeprefix("matrix: ")) from None
-
     @model_validator(mode="after")
     def _check_arrival(self) -> RunConfig:
         from soak.run.config_arrival import arrival_problem
@@ -443,7 +397,9 @@ class RunConfig(BaseModel):
             steps_problem(self)
             or arrival_problem(self)
             or turns_problem(self)
-            or shards_problem(self)
+            or shards_problem(self)  # "auto" resolved to a number first
+            or ray_problem(self)
+            or headers_problem(self.headers, self.api_key_env)
         )
         if why is not None:
             raise ValueError(why)
@@ -455,6 +411,11 @@ class RunConfig(BaseModel):
         from soak.run.config_arrival import split_trace
 
         return split_trace(data)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mark_auto_shards(cls, data: Any) -> Any:
+        return mark_auto(data)  # resolved in _check_arrival, once concurrency is checked
 
     @model_validator(mode="after")
     def _check_combinations(self) -> RunConfig:

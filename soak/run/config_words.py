@@ -109,6 +109,8 @@ _IN_WORDS = {
     "directory",
     "server_log_cmd": "up to 256 command lines whose program is on PATH",
     "out": "a directory (created if missing) that can be written",
+    "shards": "a whole number from 1 to 64, or auto (one per spare core, at most one per "
+    "256 streams)",
     "canary_interval_s": "0 (no canaries), or a finite number of seconds above 0 and at "
     "most 2,592,000 (30 days)",
     "max_client_cpu_percent": "a finite percentage of one core, above 0 and at most 1,000",
@@ -121,6 +123,8 @@ _IN_WORDS = {
     "server_cmd_file": "an existing, readable UTF-8 text file of at most 64 KiB, or unset",
     "mix": "an existing TOML file of 1 to 64 [[class]] tables (name, weight and the class's "
     "request fields: README, Mixed workloads), or unset",
+    "metrics_host": "an IPv4 or IPv6 address (127.0.0.1, ::1, 0.0.0.0 for every interface) "
+    "or localhost",
 }
 
 
@@ -177,7 +181,8 @@ def format_validation_error(
             lines.append(f"unknown key {field!r}{where}; allowed keys: {allowed_keys}")
             continue
         value = _mask_userinfo(e.get("input"))
-        shown = "" if isinstance(value, dict) or e["type"] == "missing" else f" = {_shown(value)}"
+        hidden = isinstance(value, dict) or e["type"] == "missing" or top == "headers"
+        shown = "" if hidden else f" = {_shown(value)}"  # a header's value may be a secret
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "missing":
             msg = "is required"

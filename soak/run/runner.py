@@ -24,7 +24,8 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
-from loadgen import eventloop
+from loadgen import eventloop, tls
+from loadgen.headers import run_headers, secret_values
 from loadgen.live import LiveLoadStats, SecondsFold
 from loadgen.prompts import PromptPool, PromptPoolError, load_file
 from probes.host import LoopLagMonitor
@@ -43,6 +44,12 @@ from soak.record.redact import Redactor
 from soak.run.config import RunConfig
 from soak.run.finalize import finalize_run
 from soak.run.identity import probe_all
+from soak.run.metrics_export import (
+    MetricsExport,
+    MetricsExportError,
+    exposure_warning,
+    start_export,
+)
 from soak.run.protocol import RunProtocol
 from soak.run.redaction import RedactingStream, RedactingWriter, redactor_for_run, run_id_model
 from soak.run.request_sink import RequestSink
@@ -60,10 +67,9 @@ from soak.watch.host import HostWatch
 
 
 def auth_headers(config: RunConfig) -> dict[str, str]:
-    """Authorization from the environment variable named in the config (never written)."""
-    if config.api_key_env and (key := os.environ.get(config.api_key_env)):
-        return {"Authorization": f"Bearer {key}"}
-    return {}
+    """Authorization from the environment variable named in the config, and the
+    ``--header`` headers (loadgen.headers): sent on every request, never written."""
+    return run_headers(config.headers, config.api_key_env, os.environ)
 
 
 class Runner:
@@ -82,7 +88,7 @@ class Runner:
         clock: dict[str, object],
         redactor: Redactor | None = None,
     ) -> None:
-        secrets = [v.removeprefix("Bearer ") for v in auth_headers(config).values()]
+        secrets = secret_values(config.headers, auth_headers(config))
         redactor = redactor or Redactor(config.endpoints, config.redact, secrets)
         # Every journal line passes the redactor (requests: see RequestSink, the hot path).
         journal = partial(RedactingWriter, redactor=redactor) if redactor.active else JsonlWriter
@@ -200,6 +206,16 @@ async def start(config: RunConfig, lifeline_fd: int | None = None) -> int:
         except PromptPoolError as e:
             print(f"soaktop: prompts: {e}", file=sys.stderr)
             return EXIT_USAGE
+    try:  # before a server is asked anything: a port in use is a usage error
+        export = start_export(config.metrics_host, config.metrics_port)
+    except MetricsExportError as e:
+        print(f"soaktop: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:  # the certificates are read once, before any request (loadgen.tls)
+        tls.configure(tls.TlsFiles.of(config))
+    except tls.TlsError as e:
+        print(f"soaktop: {e}", file=sys.stderr)
+        return EXIT_USAGE
     endpoints = await probe_all(
         config.endpoints, auth_headers(config), config.connect_timeout_s, config.engine
     )
@@ -252,7 +268,20 @@ async def start(config: RunConfig, lifeline_fd: int | None = None) -> int:
         )
     if lifeline_fd is not None:  # a demo's runner: its engine ends with the demo
         watch_lifeline(lifeline_fd, lambda: runner.controls.ask_stop(LIFELINE_GONE, hard=True))
-    return await runner.run()
+    return await _run_exporting(runner, export)
+
+
+async def _run_exporting(runner: Runner, export: MetricsExport | None) -> int:
+    """The run, each snapshot published to the metrics endpoint (if any) until it ends."""
+    if export is None:
+        return await runner.run()
+    runner.tick.listeners.append(export.publish)
+    if (warning := exposure_warning(export.host, export.port)) is not None:
+        runner.state.events.emit("warning", warning, "warning")
+    try:
+        return await runner.run()
+    finally:
+        export.stop()
 
 
 def main() -> int:

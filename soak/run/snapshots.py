@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import orjson
@@ -27,6 +28,7 @@ from soak.run.config_steps import planned_steps
 from soak.run.load_now import OpenLoopTally, steps_now
 from soak.run.matrix_run import matrix_progress
 from soak.run.request_sink import RequestSink
+from soak.run.shard_health import BehindHint, ShardHealthReader, shard_view
 from soak.run.state import RunParts
 from soak.run.stops import RunControls
 from soak.run.window_tick import WindowTick
@@ -49,12 +51,19 @@ class SnapshotTick:
         self.parts = parts
         self.sink = sink
         self.windows = windows
+        self.listeners: list[Callable[[Snapshot], None]] = []
+        """Called with each snapshot once written (the metrics endpoint): never changed after."""
         self._seq = 0
         self._open_loop = OpenLoopTally(parts.state.config, parts.live.window_s)
         self._planned_steps = len(planned_steps(parts.state.config)) or None
         self._threshold_classes = threshold_classes(
             t.metric for t in parts.threshold_watch.thresholds
         )  # only their live views are worth building each tick (each costs ~60 µs)
+        cfg = parts.state.config
+        self._shard_health = (
+            ShardHealthReader(cfg.max_loop_lag_s, cfg.max_client_behind) if cfg.shards > 1 else None
+        )
+        self._behind_hint = BehindHint(cfg.shards, cfg.client_overload_s)
 
     def write(self, status: str = "running", reasons: list[Reason] | None = None) -> None:
         """Append one snapshot (also flushes aggregated failure counts as an event)."""
@@ -100,10 +109,14 @@ class SnapshotTick:
             steps := steps_now(st, p.live, self._planned_steps)
         ) is not None:  # a stepped load's only
             snap.steps = steps
+        if (shards := shard_view(st.gen, self._shard_health)) is not None:  # sharded only
+            snap.shards = shards
         if p.threshold_watch.thresholds:
             snap.thresholds = self._thresholds_now(snap)
         self._seq += 1
         p.journals.snapshots.write_raw(orjson.dumps(snap.model_dump(mode="json")))
+        for listener in self.listeners:
+            listener(snap)
 
     async def loop(self, controls: RunControls) -> None:
         """Every ``snapshot_interval_s``: controls, then a snapshot; until cancelled."""
@@ -176,9 +189,13 @@ class SnapshotTick:
             backoffs=gs.backoffs if gs else 0,
         )
         lag = self.parts.lag.take_interval(keep=st.phase in ("load", "drain"))
-        reads = self.parts.live.tick_reads(  # the client_behind streak, as the CPU one
+        live = self.parts.live
+        reads = live.tick_reads(  # the client_behind streak, as the CPU one
             st.now_s(), st.config.max_client_behind, st.phase in ("load", "drain", "matrix")
         )
+        streak = live.behind_streak
+        if hint := self._behind_hint.check(streak.since, st.now_s(), reads.behind_fraction_1s):
+            st.events.emit("warning", hint, "warning", code="client_behind")
         return ClientView(
             cpu_percent=s.cpu_percent,
             rss_mb=round(s.rss_mb, 1),
