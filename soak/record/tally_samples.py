@@ -3,8 +3,8 @@
 - ``ItlShare``: the inter-token gaps of every line of one read, stored once for the whole
   load's tally and all its slices (each keeps only an index per line), in whole µs;
 - ``samples_view``: a tally's typed array of seconds as a numpy view (no copy);
-- ``stats_of_owned``: the latency stats of an array the caller gives up, sorted in place
-  (no second copy of the gaps at the read's end).
+- ``stats_of_owned``: the latency stats of an array the caller gives up, its order
+  statistics selected in place (no second copy of the gaps at the read's end).
 
 Used by :mod:`soak.record.summary` (``LoadTally``) and the slice families built on it.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.stats import LatencyStats, PercentileMethod, summarize_sorted
+from loadgen.stats import LatencyStats, PercentileMethod, summarize_owned
 
 __all__ = ["ItlShare", "samples_view", "stats_of_owned"]
 
@@ -60,6 +60,12 @@ class ItlShare:
                 buf.fromlist(gaps)
         return len(self.starts) - 1
 
+    def all_seconds(self) -> np.ndarray:
+        """Every gap of the share, in seconds: a new float64 array, the caller's own."""
+        buf = self.gaps_us
+        seconds = np.frombuffer(buf, dtype=np.intc if buf.typecode == "i" else np.float64)
+        return _to_seconds(seconds)
+
     def seconds(self, lines: array[int]) -> np.ndarray:
         """The gaps of the lines at ``lines`` (indices from :meth:`of`, each once, as a
         tally takes a line once), in seconds: a new float64 array, the caller's own."""
@@ -75,19 +81,24 @@ class ItlShare:
             marks[starts[taken]] = 1
             marks[ends[taken]] -= 1
             gaps = gaps[np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)]
-        seconds = gaps.astype(np.float64)  # a copy always: the share's buffer stays as is
-        seconds /= 1e6
-        return seconds
+        return _to_seconds(gaps)
+
+
+def _to_seconds(gaps_us: np.ndarray) -> np.ndarray:
+    """Gaps in µs as float64 seconds: a copy always (the share's buffer stays as is)."""
+    seconds = gaps_us.astype(np.float64)
+    seconds /= 1e6
+    return seconds
 
 
 def stats_of_owned(values: np.ndarray, method: PercentileMethod) -> LatencyStats:
-    """:func:`loadgen.stats.summarize` of an array the caller owns and gives up, sorted in
-    place: the same figures without summarize's sorted copy, which for the gaps (one per
-    token of the load) would double the read's peak memory at its end."""
-    values.sort()
-    return summarize_sorted(values, method)
+    """:func:`loadgen.stats.summarize` of an array the caller owns and gives up, its
+    order statistics selected in place: the same figures without summarize's copy, which
+    for the gaps (one per token of the load) would double the read's peak memory at its
+    end."""
+    return summarize_owned(values, method)
 
 
 def samples_view(values: array[float]) -> np.ndarray:
-    """A tally's samples as an array (a view: no copy until summarize sorts them)."""
+    """A tally's samples as an array (a view: summarize selects from a copy)."""
     return np.frombuffer(values, dtype=np.float64)
