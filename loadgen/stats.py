@@ -62,25 +62,36 @@ def summarize(values: Iterable[float] | np.ndarray, method: PercentileMethod) ->
     return summarize_owned(np.array(src, dtype=np.float64), method)  # a copy, ours
 
 
-def summarize_owned(arr: np.ndarray, method: PercentileMethod) -> LatencyStats:
-    """:func:`summarize` of a float64 array the caller gives up (reordered in place).
+def summarize_owned(arr: np.ndarray, method: PercentileMethod, unit: float = 1.0) -> LatencyStats:
+    """:func:`summarize` of an array the caller gives up (reordered in place) that holds
+    values in ``1/unit`` seconds (``unit`` 1e6: whole µs in C ints, as the inter-token
+    gaps are kept), the figures in seconds.
 
     The percentiles are order statistics, selected (``np.partition``: linear time) rather
     than sorted for (n log n) — the same values, as an order statistic does not depend on
     how the others are ordered; for a long soak's inter-token gaps (one per token:
-    10⁸ in an hour at 30k tok/s) the sort was most of a record's cost. The mean is taken
-    first, over the values in the order given (the journal's), so every reader of the
-    same journal gets the same bits."""
+    10⁸ in an hour at 30k tok/s) the sort was most of a record's cost. Nearest-rank
+    selects in the array's own unit and converts the few values selected (``x / unit``
+    is monotonic, so it is the same value as selecting among converted ones) — no
+    float64 copy of 10⁸ gaps; the mean is the float64 sum over ``n``, then ``/ unit``
+    (exact for whole µs: the sum of 10⁸ gaps is an integer far below 2⁵³), taken over the
+    values in the order given, so every reader of the same journal gets the same bits.
+    Linear interpolates in seconds: its values are converted first."""
     n = int(arr.size)
     if n == 0:
         return LatencyStats(method=method, n=0)
-    mean = float(arr.mean())
     if method == "nearest-rank":
+        mean = float(arr.sum(dtype=np.float64)) / n
         ranks = [_rank(q, n) for q in _QUANTILES]
         arr.partition(sorted({*ranks, n - 1}))
-        p50, p90, p99 = (float(arr[r]) for r in ranks)
-        top = float(arr[n - 1])
+        p50, p90, p99, top = (float(arr[r]) for r in (*ranks, n - 1))
+        if unit != 1.0:
+            mean, p50, p90, p99, top = (v / unit for v in (mean, p50, p90, p99, top))
     else:
+        if unit != 1.0 or arr.dtype != np.float64:
+            arr = arr.astype(np.float64)
+            arr /= unit
+        mean = float(arr.mean())
         qs = np.percentile(arr, _QUANTILES, method="linear", overwrite_input=True)
         p50, p90, p99 = (float(v) for v in qs)
         top = float(arr.max())

@@ -20,6 +20,7 @@ from typing import Any
 
 from soak.after.journal_facts import RunJournals, config_thresholds, recovered_facts
 from soak.after.recover_open_loop import open_loop_timing, step_offers
+from soak.after.request_facts import RequestFacts
 from soak.judge.config_caveats import config_caveats
 from soak.judge.limits import percentile_method
 from soak.judge.load_pass import LoadFigures, load_figures
@@ -28,7 +29,7 @@ from soak.judge.verdict import judge
 from soak.record.endurance import Endurance, WindowFigures
 from soak.record.events import Event
 from soak.record.faults import faults_from_events, load_start
-from soak.record.journal import read_jsonl, release_reserve, repair_tail, storage_words
+from soak.record.journal import release_reserve, repair_tail, storage_words
 from soak.record.journal_lines import BarrierData, PhaseData, event_data
 from soak.record.models import (
     EXIT_STORAGE,
@@ -52,12 +53,21 @@ from soak.record.sections import Fault
 from soak.record.step_figures import StepCounts, steps_from_events
 from soak.record.summary import LoadTiming
 from soak.record.summary_csv import summary_csv
+from soak.record.tally_samples import ItlShare
 from soak.record.telemetry import RecordTelemetry
+from soak.record.window_journal import JournalWindows
 from soak.run.control import live_runner_pid
 from soak.run.finalize import run_files
 from soak.run.gate_session import gates_from_journal
 from soak.run.matrix_run import matrix_from_journals
-from soak.run.timeline import WARMUP_OUTLASTED, judged_timeline, not_judged, timeline_inputs
+from soak.run.timeline import (
+    WARMUP_OUTLASTED,
+    TimelineInputs,
+    judged_timeline,
+    not_judged,
+    series_tally,
+    timeline_inputs,
+)
 
 
 class RecoverError(RuntimeError):
@@ -107,7 +117,7 @@ def _put_back(cut: dict[Path, bytes]) -> None:
 
 
 def _timing_from_events(
-    run_dir: Path, events: list[Event], config: dict[str, Any]
+    requests: RequestFacts, events: list[Event], config: dict[str, Any]
 ) -> tuple[LoadTiming | None, list[PhaseSpan]]:
     phases: list[PhaseSpan] = [PhaseSpan(name="identity", start_s=0.0)]
     barrier: tuple[BarrierData, str | None] | None = None  # its data and wall time
@@ -122,11 +132,8 @@ def _timing_from_events(
             barrier = event_data(ev, BarrierData), ev.wall or None
         elif ev.kind == "warmup" and isinstance(ev.data.get("end_s"), int | float):
             warmup_end = float(ev.data["end_s"])
-    last_end, journaled = 0.0, 0
-    for line in read_jsonl(run_dir / "requests.jsonl"):  # a RequestLine; read as a dict
-        journaled += line.get("phase") != "warmup"  # the judged load's lines
-        last_end = max(last_end, line.get("end_s") or line.get("sent_s") or 0.0)
-    last_t = max(last_t, last_end)
+    journaled = requests.judged
+    last_t = max(last_t, requests.last_end)
     phases[-1].end_s = last_t
     if barrier is None:
         return None, phases
@@ -204,14 +211,19 @@ def recover_run(run_dir: Path) -> RunRecord:
 def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRecord:
     """The record from the journals (their torn tails already cut), written."""
     journals = RunJournals.read(run_dir)
-    timing, phases = _timing_from_events(run_dir, journals.events, config)
-    timing, open_loop_notes = open_loop_timing(run_dir, config, journals, timing, phases)
-    # One read of requests.jsonl: the load, each step (a sweep's knee), class and turn.
-    figures = _figures(run_dir, config, journals, timing, phases)
+    # Two reads of requests.jsonl in all: its counts and instants (the timing's), then
+    # the load, each step (a sweep's knee), class and turn, and the window series.
+    requests = RequestFacts.read(run_dir)
+    timing, phases = _timing_from_events(requests, journals.events, config)
+    timing, open_loop_notes = open_loop_timing(run_dir, config, journals, timing, phases, requests)
+    share = ItlShare()  # the read's gaps, held once for the load and its windows
+    series = _series(config, journals, timing, share)
+    tally = None if isinstance(series, str) else series[1]
+    figures = _figures(run_dir, config, journals, timing, phases, requests, tally, share)
     load = figures.load if figures is not None else None
     gates, bad_lines = gates_from_journal(run_dir)
     matrix = matrix_from_journals(run_dir, config)
-    windows, endurance = recovered_timeline(run_dir, config, journals, timing)
+    windows, endurance = _timeline(run_dir, config, journals, series)
     facts = recovered_facts(
         config,
         journals,
@@ -220,7 +232,9 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
         gates=gates,
         phases=phases,
         thresholds=_thresholds(config),
-        notes=torn + _journal_notes(run_dir, journals, timing, bad_lines) + open_loop_notes,
+        notes=torn
+        + _journal_notes(run_dir, journals, timing, requests, bad_lines)
+        + open_loop_notes,
     )
     facts.endurance = endurance
     if figures is not None:
@@ -261,16 +275,22 @@ def _figures(
     journals: RunJournals,
     timing: LoadTiming | None,
     phases: list[PhaseSpan],
+    requests: RequestFacts,
+    tally: JournalWindows | None,
+    share: ItlShare,
 ) -> LoadFigures | None:
     """The load and all its slices from one read of requests.jsonl, measured as finalize
-    measures them (None: no load ran). The steps come from their ``step`` events; an
+    measures them (None: no load ran); every line is offered to the window series'
+    ``tally`` in the same read. The steps come from their ``step`` events; an
     open loop's get their offered rates from the rate curve redrawn
     (:func:`~soak.after.recover_open_loop.step_offers`); the arrivals held by the cap
     in each, which only the live run counted, are unknown (None)."""
     if timing is None:
         return None
     steps = steps_from_events(journals.event_lines(), timing.issue_end_s)
-    offers = step_offers(run_dir, config, journals, timing, steps, phases) if steps else []
+    offers = (
+        step_offers(run_dir, config, journals, timing, steps, phases, requests) if steps else []
+    )
     counts = [
         StepCounts() if offered is None else StepCounts(offered, held_by_cap=None)
         for offered in offers
@@ -282,20 +302,47 @@ def _figures(
         percentile_method(config),
         steps=steps,
         counts=counts,
+        every=() if tally is None else (tally.offer,),
+        share=share,
     )
 
 
-def recovered_timeline(
-    run_dir: Path, config: dict[str, Any], journals: RunJournals, timing: LoadTiming | None
-) -> tuple[list[WindowFigures], Endurance | None]:
-    """The window series and its judgement from the journals, as finalize makes them."""
+_NO_SERIES = "no series"
+"""The run has no window series: no load was released, or a matrix ran."""
+
+Series = tuple[TimelineInputs, JournalWindows] | str
+"""The window series' inputs and its empty tally (offered the request lines by the
+figures' read), or why the run has none (:data:`_NO_SERIES`, or
+:data:`~soak.run.timeline.WARMUP_OUTLASTED`)."""
+
+
+def _series(
+    config: dict[str, Any], journals: RunJournals, timing: LoadTiming | None, share: ItlShare
+) -> Series:
+    """The run's window series, to be tallied in the figures' read (:data:`Series`),
+    its gaps held in the read's ``share``."""
     if timing is None or not timing.barrier_released or config.get("matrix"):
-        return [], None
+        return _NO_SERIES
     now = max((ev.t for ev in journals.events), default=0.0)
     inputs = timeline_inputs(timing, config, journals.events, _thresholds(config), now)
     if inputs is None:
-        return [], not_judged(config, WARMUP_OUTLASTED, None)
-    return judged_timeline(run_dir, inputs, journals.events, percentile_method(config))
+        return WARMUP_OUTLASTED
+    return inputs, series_tally(inputs, percentile_method(config), share)
+
+
+def _timeline(
+    run_dir: Path, config: dict[str, Any], journals: RunJournals, series: Series
+) -> tuple[list[WindowFigures], Endurance | None]:
+    """The window series and its judgement from the journals, as finalize makes them
+    (``series`` from :func:`_series`, its tally offered every request line)."""
+    if series == _NO_SERIES:
+        return [], None
+    if isinstance(series, str):
+        return [], not_judged(config, series, None)
+    inputs, tally = series
+    return judged_timeline(
+        run_dir, inputs, journals.events, percentile_method(config), tallied=tally
+    )
 
 
 def _thresholds(config: dict[str, Any]) -> list[Threshold]:
@@ -308,13 +355,16 @@ def _thresholds(config: dict[str, Any]) -> list[Threshold]:
 
 
 def _journal_notes(
-    run_dir: Path, journals: RunJournals, timing: LoadTiming | None, bad_lines: list[str]
+    run_dir: Path,
+    journals: RunJournals,
+    timing: LoadTiming | None,
+    requests: RequestFacts,
+    bad_lines: list[str],
 ) -> list[Reason]:
     """What recover found in the journals: requests in flight when the runner died, lines
     that could not be read."""
     notes: list[Reason] = []
-    every_line = sum(1 for _ in read_jsonl(run_dir / "requests.jsonl"))  # warm-up included
-    if timing is not None and (lost := _in_flight_at_death(journals, every_line)):
+    if timing is not None and (lost := _in_flight_at_death(journals, requests.every_line)):
         notes.append(
             Reason(
                 code="in_flight_at_death",
@@ -323,10 +373,13 @@ def _journal_notes(
             )
         )
     notes += [Reason(code="journal_damaged", effect="note", message=m) for m in bad_lines]
-    notes += [
-        Reason(code="journal_damaged", effect="note", message=m)
-        for m in journal_problems(run_dir, tuple(j for j in JOURNALS if j != "probes.jsonl"))
-    ]
+    damage: list[str] = []
+    for name in JOURNALS:  # probes.jsonl's bad lines are gates_from_journal's
+        if name == "requests.jsonl":
+            damage += requests.problems  # said by the read of RequestFacts
+        elif name != "probes.jsonl":
+            damage += journal_problems(run_dir, (name,))
+    notes += [Reason(code="journal_damaged", effect="note", message=m) for m in damage]
     return notes
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from loadgen.arrivals import ARRIVAL_MODELS, RateCurve
 from soak.after.journal_facts import RunJournals
-from soak.record.journal import read_jsonl
+from soak.after.request_facts import RequestFacts
 from soak.record.models import LoadStep, PhaseSpan, Reason
 from soak.record.step_figures import judged_span, steps_from_events
 from soak.record.summary import LoadTiming
@@ -50,14 +50,16 @@ def open_loop_timing(
     journals: RunJournals,
     timing: LoadTiming | None,
     phases: Sequence[PhaseSpan] = (),
+    requests: RequestFacts | None = None,
 ) -> tuple[LoadTiming | None, list[Reason]]:
     """``timing`` with the open-loop figures filled in (unchanged for a closed loop or a
-    window that never opened), and the notes on what could not be known."""
+    window that never opened), and the notes on what could not be known. ``requests``:
+    the request journal's facts, when the caller has read them (None: read here)."""
     if timing is None or config.get("arrival", "closed") == "closed":
         return timing, []
     if not config.get("rate") and config.get("arrival") != "trace":  # a trace has no rate
         return timing, []
-    released = _first_intended(run_dir)
+    released = _first_intended(run_dir, requests)
     if released is None:  # no request was journaled: no window to measure
         return timing, []
     schedule = RunConfig.model_construct(**{k: config[k] for k in SCHEDULE_FIELDS if k in config})
@@ -104,14 +106,9 @@ def _rate_curve(schedule: RunConfig, journals: RunJournals, released: float) -> 
     return curve
 
 
-def _first_intended(run_dir: Path) -> float | None:
+def _first_intended(run_dir: Path, requests: RequestFacts | None) -> float | None:
     """The earliest ``intended_s`` in requests.jsonl (warm-up included): the release."""
-    first: float | None = None
-    for line in read_jsonl(run_dir / "requests.jsonl"):
-        at = line.get("intended_s")
-        if isinstance(at, int | float) and (first is None or at < first):
-            first = float(at)
-    return first
+    return (requests or RequestFacts.read(run_dir)).first_intended
 
 
 def _note(message: str) -> Reason:
@@ -125,15 +122,16 @@ def step_offers(
     timing: LoadTiming,
     steps: Sequence[LoadStep],
     phases: Sequence[PhaseSpan] = (),
+    requests: RequestFacts | None = None,
 ) -> list[float | None]:
     """Each recovered step's offered rate, as finalize counts it
     (:func:`soak.run.load_steps.step_offered_rates`) under the rate curve rebuilt from the
     config and the step events, less the arrivals inside the operator's pauses (the
     ``paused`` phases); None for each step of a closed loop or a trace, or when no
-    request was journaled."""
+    request was journaled. ``requests`` as for :func:`open_loop_timing`."""
     if timing.offered_rate is None or config.get("arrival") not in ARRIVAL_MODELS:
         return [None] * len(steps)
-    released = _first_intended(run_dir)
+    released = _first_intended(run_dir, requests)
     if released is None:
         return [None] * len(steps)
     schedule = RunConfig.model_construct(**{k: config[k] for k in SCHEDULE_FIELDS if k in config})

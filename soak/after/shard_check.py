@@ -11,19 +11,38 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from soak.record.journal import read_jsonl
 from soak.record.models import RunRecord
 
 
-def shard_problems(run_dir: Path, rec: RunRecord) -> list[str]:
-    """What the request journal says against ``rec.shards`` (empty: they agree). A
-    record without shards costs no pass over the journal."""
+class ShardCounts:
+    """The request journal's lines by the shard they name, one line at a time
+    (:meth:`offer`: every line, the warm-up's included), so ``verify`` counts them in
+    its one read of the journal."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: Counter[int | None] = Counter()
+
+    def offer(self, line: dict[str, Any]) -> None:
+        """One line of ``requests.jsonl``, counted for its shard."""
+        self.counts[line.get("shard")] += 1
+
+
+def shard_problems(run_dir: Path, rec: RunRecord, counted: ShardCounts | None = None) -> list[str]:
+    """What the request journal says against ``rec.shards`` (empty: they agree), from
+    its lines ``counted`` in a read the caller made (None: read here). A record without
+    shards costs no pass over the journal."""
     if not rec.shards:
         return []
-    counts: Counter[int | None] = Counter(
-        line.get("shard") for line in read_jsonl(run_dir / "requests.jsonl")
-    )
+    if counted is None:
+        counted = ShardCounts()
+        for line in read_jsonl(run_dir / "requests.jsonl"):
+            counted.offer(line)
+    counts = counted.counts
     problems = []
     listed = {s.index for s in rec.shards}
     for s in rec.shards:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from probes.gates import SuiteGate, gates_json
 from soak.after.journal_facts import RunJournals, as_json, config_thresholds, record_facts
-from soak.after.shard_check import shard_problems
+from soak.after.shard_check import ShardCounts, shard_problems
 from soak.judge.config_caveats import config_caveats
 from soak.judge.coverage import coverage_problems
 from soak.judge.facts import Judgement
@@ -35,6 +36,7 @@ from soak.record.faults import faults_from_events, writes_incidents
 from soak.record.faults import load_start as faults_load_start
 from soak.record.journal import read_jsonl, sha256_file
 from soak.record.journal_lines import ProbeLine
+from soak.record.journal_scan import JournalScan
 from soak.record.models import (
     LoadStep,
     LoadSummary,
@@ -43,13 +45,22 @@ from soak.record.models import (
     WorkloadClassFigures,
     exit_code_for,
 )
-from soak.record.run_dir import RunDirError, journal_problems, load_run_record
+from soak.record.run_dir import JOURNALS, RunDirError, journal_problems, load_run_record
 from soak.record.step_figures import counts_from_record, steps_from_events
-from soak.record.summary import LoadTiming
+from soak.record.summary import LineOffer, LoadTiming
+from soak.record.tally_samples import ItlShare
+from soak.record.window_journal import JournalWindows
 from soak.run.finalize import HASHED_FILES
 from soak.run.gate_session import gates_from_journal
 from soak.run.matrix_run import matrix_from_journal
-from soak.run.timeline import WARMUP_OUTLASTED, judged_timeline, not_judged, timeline_inputs
+from soak.run.timeline import (
+    WARMUP_OUTLASTED,
+    TimelineInputs,
+    judged_timeline,
+    not_judged,
+    series_tally,
+    timeline_inputs,
+)
 
 RECORD_ONLY = frozenset(
     {
@@ -65,6 +76,7 @@ RECORD_ONLY = frozenset(
     }
 )
 """Reasons whose facts only the record holds: taken as given, not re-derived."""
+REQUESTS = "requests.jsonl"
 LEGACY_RECOVERED = "faults_before_death"
 """What recover said of faults before the one verdict path (one reason for them all)."""
 FAULT_CODES = frozenset(
@@ -112,32 +124,49 @@ def verify_run(run_dir: Path) -> list[str]:
     rec = load_run_record(run_dir)
     # Damage the record already owns up to (recover notes it) is agreement, not a finding.
     noted = {r.message for r in rec.reasons if r.code == "journal_damaged"}
-    problems = [p for p in journal_problems(run_dir) if p not in noted]
+    # requests.jsonl's damage is counted by the figures' read of it (the one parse of
+    # the biggest journal), the others' here.
+    others = journal_problems(run_dir, tuple(j for j in JOURNALS if j != REQUESTS))
+    scan = JournalScan(REQUESTS)
     try:
-        return problems + _differences(run_dir, rec)
+        differences = _differences(run_dir, rec, scan)
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         # A line that parses as JSON but holds the wrong types (a hand edit, a disk
         # error): the journals cannot be recomputed, so nothing can be said to agree.
+        problems = [p for p in journal_problems(run_dir) if p not in noted]
         raise RunDirError(
             f"{run_dir}: the journals cannot be recomputed ({type(e).__name__}: {e}); "
             + ("; ".join(problems) or "a journal line holds values of the wrong type")
         ) from None
+    damage = scan.problems() if scan.done else journal_problems(run_dir, (REQUESTS,))
+    return [p for p in damage + others if p not in noted] + differences
 
 
-def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
+def _differences(run_dir: Path, rec: RunRecord, scan: JournalScan) -> list[str]:
     problems = _hash_problems(run_dir, rec)
-    figures = _figures_again(run_dir, rec)  # one read of requests.jsonl for all of them
+    journals = RunJournals.read(run_dir)
+    share = ItlShare()  # the read's gaps, held once for the load and its windows
+    series = _series(rec, journals, share)
+    shards = ShardCounts() if rec.shards else None
+    every: list[LineOffer] = []
+    if series is not None and series[1] is not None:
+        every.append(series[1].offer)
+    if shards is not None:
+        every.append(shards.offer)
+    # One read of requests.jsonl for all of them: the load and its slices, the window
+    # series, the lines of each shard, and the journal's damage (``scan``).
+    figures = _figures_again(run_dir, rec, every, scan, share)
     again = _load_again(run_dir, rec, figures, problems)
     _turns_again(rec, figures, problems)
     steps = _steps_again(run_dir, rec, figures, problems)
     classes = _classes_again(rec, figures, problems)
     _check_caveats(rec, again, problems)
-    problems += shard_problems(run_dir, rec)  # --shards: each shard's requests again
+    # --shards: each shard's requests again (counted in the figures' read, if it ran)
+    problems += shard_problems(run_dir, rec, shards if figures is not None else None)
     gates, bad_lines = gates_from_journal(run_dir)
     problems += bad_lines
     _diff("gates", gates_json(rec.gates), gates_json(gates), problems)
     _check_evidence(run_dir, rec, problems)
-    journals = RunJournals.read(run_dir)
     faults = faults_from_events(
         journals.event_lines(),
         faults_load_start(again, rec.matrix),
@@ -145,7 +174,7 @@ def _differences(run_dir: Path, rec: RunRecord) -> list[str]:
     )
     _diff("faults", {"faults": as_json(rec.faults)}, {"faults": faults}, problems)
     problems += coverage_problems(as_json(rec.telemetry))
-    endurance = _timeline_again(run_dir, rec, journals, problems)
+    endurance = _timeline_again(run_dir, rec, journals, problems, series)
     _check_verdict(rec, journals, again, gates, problems, endurance, steps, classes)
     implied = status_of(rec.reasons)
     if rec.status is not implied:
@@ -175,10 +204,17 @@ def _hash_problems(run_dir: Path, rec: RunRecord) -> list[str]:
     return problems
 
 
-def _figures_again(run_dir: Path, rec: RunRecord) -> LoadFigures | None:
-    """The load and all its slices recomputed from requests.jsonl in one read, over the
-    record's timing, its steps' spans and the counters only the run knew, as the record
-    holds them (None: the record has no load)."""
+def _figures_again(
+    run_dir: Path,
+    rec: RunRecord,
+    every: Sequence[LineOffer],
+    scan: JournalScan,
+    share: ItlShare,
+) -> LoadFigures | None:
+    """The load and all its slices recomputed from requests.jsonl in one read (``scan``;
+    ``every`` offered each line), over the record's timing, its steps' spans and the
+    counters only the run knew, as the record holds them (None: the record has no load,
+    and nothing is read)."""
     if rec.load is None:
         return None
     return load_figures(
@@ -189,6 +225,9 @@ def _figures_again(run_dir: Path, rec: RunRecord) -> LoadFigures | None:
         steps=rec.steps,
         counts=counts_from_record(rec.steps),
         turns_of=rec.load,
+        every=every,
+        scan=scan,
+        share=share,
     )
 
 
@@ -286,13 +325,14 @@ def _check_caveats(rec: RunRecord, load: LoadSummary | None, problems: list[str]
         problems.append(f"caveats: the record says {code!r} ({msg}), its parts do not imply it")
 
 
-def _timeline_again(
-    run_dir: Path, rec: RunRecord, journals: RunJournals, problems: list[str]
-) -> Endurance | None:
-    """The window series and its judgement recomputed from the journals, compared with
-    the record's (a record older than schema 1.2 has neither: nothing to compare)."""
+def _series(
+    rec: RunRecord, journals: RunJournals, share: ItlShare
+) -> tuple[TimelineInputs | None, JournalWindows | None] | None:
+    """The window series to recompute: its inputs and an empty tally for the figures'
+    read to fill (None, None: the warm-up outlasted the load; None: the record has no
+    series to compare, being older than schema 1.2 or of no load)."""
     if rec.endurance is None or rec.load is None:
-        return rec.endurance
+        return None
     try:
         thresholds = config_thresholds(rec.config)
     except ThresholdError:
@@ -301,11 +341,29 @@ def _timeline_again(
     now = max((ev.t for ev in journals.events), default=0.0)
     inputs = timeline_inputs(timing, rec.config, journals.events, thresholds, now)
     if inputs is None:
+        return None, None
+    return inputs, series_tally(inputs, percentile_method(rec.config), share)
+
+
+def _timeline_again(
+    run_dir: Path,
+    rec: RunRecord,
+    journals: RunJournals,
+    problems: list[str],
+    series: tuple[TimelineInputs | None, JournalWindows | None] | None,
+) -> Endurance | None:
+    """The window series and its judgement recomputed from the journals (``series``
+    from :func:`_series`, tallied in the figures' read), compared with the record's (a
+    record older than schema 1.2 has neither: nothing to compare)."""
+    if series is None or rec.endurance is None:
+        return rec.endurance
+    inputs, tally = series
+    if inputs is None or tally is None:
         again = not_judged(rec.config, WARMUP_OUTLASTED, rec.endurance.warmup)
         windows: list[WindowFigures] = []
     else:
         windows, again = judged_timeline(
-            run_dir, inputs, journals.events, percentile_method(rec.config)
+            run_dir, inputs, journals.events, percentile_method(rec.config), tallied=tally
         )
     _diff(
         "windows",

@@ -32,6 +32,7 @@ from typing import Any
 from loadgen.stats import PercentileMethod
 from soak.judge.goodput import good_line, sweep_of
 from soak.record.class_figures import ClassTallies, class_section, mix_classes
+from soak.record.journal_scan import JournalScan
 from soak.record.models import LoadStep, LoadSummary, SweepResult, WorkloadClassFigures
 from soak.record.step_figures import StepCounts, StepTallies, step_sections
 from soak.record.summary import LineOffer, LoadTally, LoadTiming, read_load
@@ -72,6 +73,9 @@ def load_figures(
     counts: Sequence[StepCounts] = (),
     visit: LineOffer | None = None,
     turns_of: LoadSummary | None = None,
+    every: Sequence[LineOffer] = (),
+    scan: JournalScan | None = None,
+    share: ItlShare | None = None,
 ) -> LoadFigures:
     """The whole load over ``timing`` (``visit`` sees each of its lines, as
     :func:`summarize_load`'s does), ``steps`` measured with ``counts`` under the config's
@@ -79,8 +83,12 @@ def load_figures(
 
     ``turns_of`` is the load summary whose timing the turns take (``verify`` checks the
     record's turns against the record's load, as it always has); by default, the load
-    this read computes."""
-    share = ItlShare()
+    this read computes. ``every`` and ``scan`` go to the read
+    (:func:`~soak.record.summary.read_load`): visitors of every line, the warm-up's
+    included, and a scan that counts the journal's damage in the same parse. ``share``
+    holds the gaps of the read (given: a window series of ``every`` holds its lines'
+    there too, so each gap is stored once)."""
+    share = ItlShare() if share is None else share
     whole = LoadTally.for_timing(timing, share)
     offers: list[LineOffer] = [] if visit is None else [visit]
     offers.append(whole.add)
@@ -95,7 +103,7 @@ def load_figures(
     turn_tallies = conversation_tallies(config, turns_timing, share)
     if turn_tallies is not None:
         offers.append(turn_tallies.offer)
-    read_load(requests_path, offers)
+    read_load(requests_path, offers, every, scan)
     load = whole.summary(timing, method)
     done = step_tallies.figures(method) if step_tallies is not None else []
     return LoadFigures(

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from soak.record.journal_scan import JournalScan
 from soak.record.lenient import VERSION_DIFFERENCES
 from soak.record.models import RunRecord
 
@@ -144,38 +145,18 @@ def load_run_config(run_dir: Path) -> dict[str, Any]:
 def journal_problems(run_dir: Path, names: tuple[str, ...] = JOURNALS) -> list[str]:
     """Lines of the journals that are not JSON objects (garbage, binary, the wrong
     shape), by file and line number. A torn last line (no newline: a runner killed
-    mid-write) is said too, as what it is."""
+    mid-write) is said too, as what it is. (One journal read for its figures too:
+    :class:`~soak.record.journal_scan.JournalScan`, whose words these are.)"""
     out = []
     for name in names:
-        path = run_dir / name
-        bad: list[int] = []
-        torn = False
+        scan = JournalScan(name)
         try:
-            with path.open("rb") as fh:
-                for n, raw in enumerate(fh, 1):
-                    if not raw.endswith(b"\n"):
-                        torn = True
-                        break
-                    try:
-                        ok = isinstance(orjson.loads(raw), dict)
-                    except orjson.JSONDecodeError:
-                        ok = False
-                    if not ok:
-                        bad.append(n)
-        except FileNotFoundError:
-            continue
+            for _ in scan.lines(run_dir / name):
+                pass
         except OSError as e:
             out.append(f"{name} cannot be read: {e.strerror or e}")
             continue
-        if bad:
-            first = ", ".join(str(n) for n in bad[:5]) + (", ..." if len(bad) > 5 else "")
-            out.append(
-                f"{name}: {len(bad)} line(s) are not JSON objects and were skipped (line {first})"
-            )
-        if torn:
-            out.append(
-                f"{name}: the last line is torn (no newline: a write was cut) and was skipped"
-            )
+        out += scan.problems()
     return out
 
 

@@ -18,8 +18,9 @@ from typing import Any
 from loadgen.outcome import usage_disagrees
 from loadgen.stats import PercentileMethod, summarize
 from soak.record.journal import read_jsonl
+from soak.record.journal_scan import JournalScan
 from soak.record.models import LoadSummary
-from soak.record.tally_samples import ItlShare, samples_view, stats_of_owned
+from soak.record.tally_samples import ItlShare, gap_stats, samples_view
 
 
 @dataclass
@@ -115,11 +116,23 @@ LineOffer = Callable[[dict[str, Any]], None]
 visitor."""
 
 
-def read_load(requests_path: Path, offers: Sequence[LineOffer]) -> None:
+def read_load(
+    requests_path: Path,
+    offers: Sequence[LineOffer],
+    every: Sequence[LineOffer] = (),
+    scan: JournalScan | None = None,
+) -> None:
     """One read of the journal: every load line offered to each of ``offers`` in order —
     the whole load's tally and every slice family, so a record's figures cost one parse
-    of each line, not one per slice."""
-    for line in read_jsonl(requests_path):
+    of each line, not one per slice.
+
+    ``every`` is offered each line first, the warm-up's included (a window series, a
+    count of lines by shard: what ``verify`` and ``recover`` need of the same read);
+    ``scan``, when given, is the read, and counts the lines that are not JSON objects."""
+    lines = read_jsonl(requests_path) if scan is None else scan.lines(requests_path)
+    for line in lines:
+        for visit in every:
+            visit(line)
         if line.get("phase", "load") != "load":
             continue
         for offer in offers:
@@ -426,7 +439,7 @@ def _summary(
         requests_per_s=t.completed / elapsed if elapsed else None,
         ttft_s=summarize(samples_view(t.ttft), method),
         e2e_s=summarize(samples_view(t.e2e), method),
-        itl_s=stats_of_owned(t.share.seconds(t.itl_lines), method),
+        itl_s=gap_stats(t.share.micros(t.itl_lines), method),
         tpot_s=summarize(samples_view(t.tpot), method),
         ttfb_s=summarize(samples_view(t.ttfb), method),
         first_content_s=summarize(samples_view(t.fc), method),

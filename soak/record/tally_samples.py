@@ -3,8 +3,8 @@
 - ``ItlShare``: the inter-token gaps of every line of one read, stored once for the whole
   load's tally and all its slices (each keeps only an index per line), in whole µs;
 - ``samples_view``: a tally's typed array of seconds as a numpy view (no copy);
-- ``stats_of_owned``: the latency stats of an array the caller gives up, its order
-  statistics selected in place (no second copy of the gaps at the read's end).
+- ``gap_stats``: the latency stats of gaps in µs the caller gives up, their order
+  statistics selected in place (no float64 copy of the gaps at the read's end).
 
 Used by :mod:`soak.record.summary` (``LoadTally``) and the slice families built on it.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 from loadgen.stats import LatencyStats, PercentileMethod, summarize_owned
 
-__all__ = ["ItlShare", "samples_view", "stats_of_owned"]
+__all__ = ["ItlShare", "gap_stats", "samples_view"]
 
 
 class ItlShare:
@@ -26,10 +26,10 @@ class ItlShare:
     gaps are by far the most numerous samples (one per token), so the whole load's tally
     and its slices' each keep only an index per line into this one buffer
     (:meth:`of`), and each tally's gaps are taken from it when its summary is made
-    (:meth:`seconds`).
+    (:meth:`micros`, then :func:`gap_stats`).
 
-    Stored as the journal has them, whole microseconds in a C ``int`` (4 bytes a gap),
-    converted to seconds once at the end, vectorised: the same float64 division the
+    Stored as the journal has them, whole microseconds in a C ``int`` (4 bytes a gap);
+    only the figures selected are converted to seconds: the same float64 division the
     figures always took, so the same values. A gap the ``int`` cannot hold (over ~35
     minutes) or one not a whole number widens the buffer to float64 for the rest of the
     read, exact still, so no gap is ever clipped or rounded."""
@@ -60,43 +60,47 @@ class ItlShare:
                 buf.fromlist(gaps)
         return len(self.starts) - 1
 
-    def all_seconds(self) -> np.ndarray:
-        """Every gap of the share, in seconds: a new float64 array, the caller's own."""
-        buf = self.gaps_us
-        seconds = np.frombuffer(buf, dtype=np.intc if buf.typecode == "i" else np.float64)
-        return _to_seconds(seconds)
+    def all_micros(self) -> np.ndarray:
+        """Every gap of the share, in µs: a new array, the caller's own."""
+        return self._buffer().copy()
 
-    def seconds(self, lines: array[int]) -> np.ndarray:
+    def micros(self, lines: array[int]) -> np.ndarray:
         """The gaps of the lines at ``lines`` (indices from :meth:`of`, each once, as a
-        tally takes a line once), in seconds: a new float64 array, the caller's own."""
+        tally takes a line once), in µs: a new array, the caller's own."""
+        gaps = self._buffer()
+        if len(lines) == len(self.starts):
+            return gaps.copy()
+        starts = np.frombuffer(self.starts, dtype=np.int64)
+        ends = np.append(starts[1:], gaps.size)
+        taken = np.frombuffer(lines, dtype=np.uintc)
+        if 8 * len(lines) < len(self.starts):
+            # A few lines of many (a window of an hour): gather their runs of gaps, at
+            # 8 bytes a gap taken, rather than a mark per gap of the whole share.
+            first, lengths = starts[taken], ends[taken] - starts[taken]
+            before = np.cumsum(lengths) - lengths  # where each run lands in the result
+            at = np.repeat(first - before, lengths) + np.arange(int(lengths.sum()))
+            return gaps[at]
+        # A slice's lines: mark each one's first gap +1 and the gap after its last −1;
+        # the running sum is then 1 on exactly its gaps (1 byte a gap, not an index).
+        marks = np.zeros(gaps.size + 1, dtype=np.int8)
+        marks[starts[taken]] = 1
+        marks[ends[taken]] -= 1
+        return gaps[np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)]
+
+    def _buffer(self) -> np.ndarray:
+        """The share's gaps as an array: a view, to be copied before the share grows
+        (an exported buffer cannot be resized)."""
         buf = self.gaps_us
-        gaps = np.frombuffer(buf, dtype=np.intc if buf.typecode == "i" else np.float64)
-        if len(lines) < len(self.starts):
-            # A slice's lines: mark each one's first gap +1 and the gap after its last −1;
-            # the running sum is then 1 on exactly its gaps (1 byte a gap, not an index).
-            starts = np.frombuffer(self.starts, dtype=np.int64)
-            ends = np.append(starts[1:], gaps.size)
-            taken = np.frombuffer(lines, dtype=np.uintc)
-            marks = np.zeros(gaps.size + 1, dtype=np.int8)
-            marks[starts[taken]] = 1
-            marks[ends[taken]] -= 1
-            gaps = gaps[np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)]
-        return _to_seconds(gaps)
+        return np.frombuffer(buf, dtype=np.intc if buf.typecode == "i" else np.float64)
 
 
-def _to_seconds(gaps_us: np.ndarray) -> np.ndarray:
-    """Gaps in µs as float64 seconds: a copy always (the share's buffer stays as is)."""
-    seconds = gaps_us.astype(np.float64)
-    seconds /= 1e6
-    return seconds
-
-
-def stats_of_owned(values: np.ndarray, method: PercentileMethod) -> LatencyStats:
-    """:func:`loadgen.stats.summarize` of an array the caller owns and gives up, its
-    order statistics selected in place: the same figures without summarize's copy, which
-    for the gaps (one per token of the load) would double the read's peak memory at its
-    end."""
-    return summarize_owned(values, method)
+def gap_stats(gaps_us: np.ndarray, method: PercentileMethod) -> LatencyStats:
+    """The latency stats, in seconds, of gaps in µs that the caller owns and gives up
+    (from :meth:`ItlShare.micros`): the order statistics selected in place among the
+    C ints (:func:`loadgen.stats.summarize_owned`), without a float64 copy of them —
+    for the gaps (one per token of the load) that would double the read's peak memory
+    at its end."""
+    return summarize_owned(gaps_us, method, unit=1e6)
 
 
 def samples_view(values: array[float]) -> np.ndarray:

@@ -9,27 +9,21 @@ the window of its ``t``.
 The same accumulators make both series, so the live line and the recomputed one can
 differ only where their inputs do: the live load figures come from 1 % histogram buckets
 and the tick's samples, the recomputed ones (the record's, and ``verify``'s) from the
-exact values in ``requests.jsonl``, ``telemetry.jsonl`` and ``snapshots.jsonl``.
+exact values in ``requests.jsonl``, ``telemetry.jsonl`` and ``snapshots.jsonl``
+(:mod:`soak.record.window_journal`).
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from loadgen.stats import PercentileMethod, percentile, summarize
+from loadgen.stats import percentile
 from soak.record.endurance import WindowFigures, WindowGpu
-from soak.record.journal import read_jsonl
-
-LATE_LINE_S = 5.0
-"""A request line may arrive this long after its window ended (lines are journaled in
-finishing order, give or take a loop turn) before the window's percentiles are final."""
 
 
 def series_origin(judged_start_s: float) -> float:
@@ -185,60 +179,6 @@ def load_figures(
     w.sanity_rate = flagged / completed if completed else None
 
 
-# --- from the journals -----------------------------------------------------------------
-
-
-@dataclass
-class _LoadBucket:
-    completed: int = 0
-    failed: int = 0
-    output_tokens: int = 0
-    failures: Counter[str] = field(default_factory=Counter)
-    sanity: Counter[str] = field(default_factory=Counter)
-    flagged: int = 0
-    lat: dict[str, list[float]] = field(default_factory=lambda: {"ttft": [], "e2e": [], "tpot": []})
-    itl: list[np.ndarray] = field(default_factory=list)
-    stats: dict[str, tuple[float | None, float | None]] | None = None
-    """p50/p99 per latency once final (its raw values then dropped)."""
-
-    def add(self, line: dict[str, Any]) -> None:
-        if not line.get("ok"):
-            self.failed += 1
-            self.failures[str(line.get("failure"))] += 1
-            return
-        self.completed += 1
-        ot = line.get("output_tokens")
-        self.output_tokens += ot or 0
-        flags = line.get("sanity")
-        if flags:
-            self.flagged += 1
-            self.sanity.update(str(f) for f in flags)
-        if self.stats is not None:
-            return  # a line later than LATE_LINE_S: counted, not in the percentiles
-        ttft, e2e = line.get("ttft_s"), line.get("e2e_s")
-        if ttft is not None:
-            self.lat["ttft"].append(ttft)
-        if e2e is not None:
-            self.lat["e2e"].append(e2e)
-        if ttft is not None and e2e is not None and ot and ot > 1:
-            self.lat["tpot"].append((e2e - ttft) / (ot - 1))
-        gaps = line.get("itl_us")
-        if gaps:
-            self.itl.append(np.asarray(gaps, dtype=np.float64) / 1e6)
-
-    def finish(self, method: PercentileMethod) -> None:
-        if self.stats is not None:
-            return
-        arrays = {k: np.asarray(v) for k, v in self.lat.items()}
-        arrays["itl"] = np.concatenate(self.itl) if self.itl else np.empty(0)
-        self.stats = {}
-        for key, arr in arrays.items():
-            s = summarize(arr, method)
-            self.stats[key] = (s.p50, s.p99)
-        self.lat = {"ttft": [], "e2e": [], "tpot": []}
-        self.itl = []
-
-
 @dataclass
 class SeriesSpec:
     """Where the series lies on the run's timeline."""
@@ -260,106 +200,6 @@ class SeriesSpec:
     @property
     def count(self) -> int:
         return max(0, math.ceil((self.end_s - self.origin_s) / self.window_s - 1e-9))
-
-
-def windows_from_journals(
-    run_dir: Path, spec: SeriesSpec, method: PercentileMethod = "nearest-rank"
-) -> tuple[list[WindowFigures], int]:
-    """The series recomputed from ``requests.jsonl`` (load lines), ``telemetry.jsonl`` and
-    the loop lag in ``snapshots.jsonl`` — the record's ``windows`` and ``verify``'s — and
-    how many lines the warm-up journaled."""
-    n = spec.count
-    buckets = [_LoadBucket() for _ in range(n)]
-    final_upto = 0  # windows below this index have final percentiles
-    warmup = 0
-    for line in read_jsonl(run_dir / "requests.jsonl"):
-        phase = line.get("phase", "load")
-        if phase == "warmup":
-            warmup += 1
-        if phase != "load" or line.get("cancelled"):
-            continue
-        t = line.get("end_s")
-        if t is None:
-            t = line.get("sent_s")
-        if not isinstance(t, int | float):
-            continue
-        i = spec.index(float(t))
-        if i is None:
-            continue
-        buckets[i].add(line)
-        while final_upto < i and t > spec.origin_s + (final_upto + 1) * spec.window_s + LATE_LINE_S:
-            buckets[final_upto].finish(method)
-            final_upto += 1
-    gauges = [GaugeWindow() for _ in range(n)]
-    _telemetry_into(run_dir / "telemetry.jsonl", spec, gauges)
-    for snap in read_jsonl(run_dir / "snapshots.jsonl"):
-        t, client = snap.get("t"), snap.get("client")
-        if not isinstance(client, dict) or not isinstance(t, int | float):
-            continue
-        i = spec.index(float(t) - 1e-9)  # a tick's figures are of the second before it
-        if i is None:
-            continue
-        lag, behind = client.get("loop_lag_s"), client.get("behind_fraction_1s")
-        if isinstance(lag, int | float):
-            gauges[i].lags.append(float(lag))
-        if isinstance(behind, int | float):
-            gauges[i].behind.append(float(behind))
-    out = []
-    for i, (b, g) in enumerate(zip(buckets, gauges, strict=True)):
-        b.finish(method)
-        out.append(make_window(i, spec, b, g))
-    return out, warmup
-
-
-def make_window(i: int, spec: SeriesSpec, b: _LoadBucket, g: GaugeWindow) -> WindowFigures:
-    """One recomputed window."""
-    start = spec.origin_s + i * spec.window_s
-    end = start + spec.window_s
-    kind = window_kind(start, end, spec.issue_end_s)
-    w = WindowFigures(i=i, start_s=start, end_s=end, kind=kind, source="journal")
-    load_figures(
-        w,
-        completed=b.completed,
-        failed=b.failed,
-        output_tokens=b.output_tokens,
-        failures=dict(b.failures),
-        sanity=dict(b.sanity),
-        flagged=b.flagged,
-    )
-    stats = b.stats or {}
-    for key in ("ttft", "e2e", "itl", "tpot"):
-        p50, p99 = stats.get(key, (None, None))
-        setattr(w, f"{key}_p50", p50)
-        setattr(w, f"{key}_p99", p99)
-    g.apply(w)
-    return w
-
-
-def _telemetry_into(path: Path, spec: SeriesSpec, gauges: list[GaugeWindow]) -> None:
-    """Engine, host and GPU samples of ``telemetry.jsonl`` into their windows."""
-    last_preempt: dict[int, float] = {}
-    for line in read_jsonl(path):
-        t = line.get("t")
-        if not isinstance(t, int | float):
-            continue
-        source = line.get("source")
-        i = spec.index(float(t))
-        if source == "engine":
-            endpoint = line.get("endpoint")
-            values = line.get("values")
-            if not isinstance(endpoint, int) or not isinstance(values, dict) or line.get("error"):
-                continue
-            preempted = preemptions_since(last_preempt, endpoint, values.get("preemptions_total"))
-            if i is not None:
-                gauges[i].engine(endpoint, values, preempted)
-        elif i is None:
-            continue
-        elif source == "host":
-            host_sample_into(gauges[i], line)
-        elif source in ("nvml", "dcgm"):
-            for r in line.get("gpus") or []:
-                if isinstance(r, dict):
-                    gauges[i].gpu(gpu_key(r), r.get("memory_used_mib"), r.get("util_percent"))
 
 
 def preemptions_since(last: dict[int, float], endpoint: int, total: object) -> float | None:

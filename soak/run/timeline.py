@@ -1,7 +1,9 @@
 """The record's timeline: the window series recomputed from the journals, and its judgement.
 
 One function for finalize, ``recover`` and ``verify``: :func:`judged_timeline` cuts the
-judged load into windows (:mod:`soak.record.windows`) and hands them to the endurance
+judged load into windows (:mod:`soak.record.window_journal`; ``recover`` and ``verify``
+tally them in their one read of the request journal: :func:`series_tally`) and hands
+them to the endurance
 judge (:mod:`soak.judge.endurance`) with the policy and the moments a drift may have
 begun with, so the three reach the same ``windows`` and ``endurance`` from the same files.
 """
@@ -22,7 +24,9 @@ from soak.record.endurance import Endurance, EnduranceView, WarmupInfo, WindowFi
 from soak.record.events import Event
 from soak.record.faults import when
 from soak.record.summary import LoadTiming
-from soak.record.windows import SeriesSpec, series_origin, windows_from_journals
+from soak.record.tally_samples import ItlShare
+from soak.record.window_journal import JournalWindows
+from soak.record.windows import SeriesSpec, series_origin
 
 MOMENT_KINDS = frozenset({"fault", "restart", "health", "gate"})
 """Event kinds whose errors can name when a drift began (with each failure class's
@@ -118,15 +122,30 @@ def not_judged(config: Mapping[str, Any], why: str, warmup: WarmupInfo | None) -
     )
 
 
+def series_tally(
+    inputs: TimelineInputs, method: PercentileMethod, share: ItlShare | None = None
+) -> JournalWindows:
+    """An empty tally of the window series over ``inputs``: offer it every line of
+    ``requests.jsonl`` (:meth:`JournalWindows.offer`), then give it to
+    :func:`judged_timeline`. ``share``: the gaps' store of the read it is offered in."""
+    spec = SeriesSpec(inputs.origin_s, inputs.window_s, inputs.issue_end_s, inputs.end_s)
+    return JournalWindows(spec, method, share)
+
+
 def judged_timeline(
     run_dir: Path,
     inputs: TimelineInputs,
     events: Iterable[Event],
     method: PercentileMethod = "nearest-rank",
+    tallied: JournalWindows | None = None,
 ) -> tuple[list[WindowFigures], Endurance]:
-    """The record's ``windows`` (from the journals, exact) and ``endurance``."""
-    spec = SeriesSpec(inputs.origin_s, inputs.window_s, inputs.issue_end_s, inputs.end_s)
-    windows, warmup_lines = windows_from_journals(run_dir, spec, method)
+    """The record's ``windows`` (from the journals, exact) and ``endurance``.
+
+    ``tallied``: the request lines already offered to :func:`series_tally`'s tally in a
+    read the caller made (None: read ``requests.jsonl`` for them here)."""
+    if tallied is None:
+        tallied = series_tally(inputs, method).read(run_dir)
+    windows, warmup_lines = tallied.windows(run_dir), tallied.warmup
     warmup = None
     if inputs.warmup_spec is not None:
         warmup = WarmupInfo(

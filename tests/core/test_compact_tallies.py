@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadgen.stats import PercentileMethod, summarize
+from loadgen.stats import LatencyStats, PercentileMethod, percentile, summarize, summarize_owned
 from soak.record.summary import KeyedTallies, LoadTally, LoadTiming
-from soak.record.tally_samples import ItlShare, stats_of_owned
+from soak.record.tally_samples import ItlShare, gap_stats
 
 METHODS: list[PercentileMethod] = ["nearest-rank", "linear"]
 
@@ -73,20 +73,45 @@ def test_every_gap_counts_exactly_in_the_load_and_its_slices(method: PercentileM
         return summarize(np.asarray(gaps, dtype=np.float64) / 1e6, method)
 
     got = whole.summary(_timing(), method).itl_s
-    assert got == expected(None)
+    _same_gap_stats(got, expected(None))
     assert got.max == 2**33 / 1e6
     for name, tally in classes.items():
-        assert tally.summary(_timing(), method).itl_s == expected(name)
+        _same_gap_stats(tally.summary(_timing(), method).itl_s, expected(name))
     # Summaries may be taken again (verify, then the record): the share is not consumed.
     assert whole.summary(_timing(), method).itl_s == got
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_in_place_stats_are_summarize(method: PercentileMethod) -> None:
+def test_selected_percentiles_are_the_sorted_ones(method: PercentileMethod) -> None:
+    # Selection (np.partition) instead of a sort: the same order statistics, taken from
+    # the sorted values the way the percentile's definition reads.
     rng = np.random.default_rng(5)
-    for n in (0, 1, 2, 99, 1001):
+    for n in (1, 2, 3, 99, 100, 1001):
         values = rng.gamma(2.0, 0.1, n)
-        assert stats_of_owned(values.copy(), method) == summarize(values, method)
+        got = summarize_owned(values.copy(), method)
+        ordered = np.sort(values)
+        assert (got.p50, got.p90, got.p99) == tuple(
+            percentile(ordered, q, method) for q in (50, 90, 99)
+        )
+        assert (got.max, got.n) == (ordered[-1], n)
+        assert got.mean == pytest.approx(values.mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_gap_stats_in_micros_are_the_seconds_figures(method: PercentileMethod) -> None:
+    # Gaps selected among as whole µs, only the picks converted: the same values as
+    # selecting among the gaps converted to seconds first (x / 1e6 keeps the order).
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 2, 99, 1001):
+        us = rng.integers(1, 200_000, n, dtype=np.intc)
+        _same_gap_stats(gap_stats(us.copy(), method), summarize(us / 1e6, method))
+
+
+def _same_gap_stats(got: LatencyStats, want: LatencyStats) -> None:
+    """The same figures; the mean to 1e-12 (nearest-rank's is the µs sum / n / 1e6, the
+    reference's the mean of the seconds: two roundings apart)."""
+    assert got.model_dump(exclude={"mean"}) == want.model_dump(exclude={"mean"})
+    assert got.mean == pytest.approx(want.mean, rel=1e-12)
 
 
 N_LINES = 20_000

@@ -108,7 +108,13 @@ def _keys_read_of(name: str, path: Path) -> set[str]:
 def test_the_request_readers_read_only_request_line_keys() -> None:
     # summary.py reads requests.jsonl as dicts (200k lines: no model per line); the
     # keys it reads are RequestLine's, so a renamed key cannot go unread silently.
-    for module in ("soak/record/summary.py", "soak/after/recover.py"):
+    readers = (
+        "soak/record/summary.py",
+        "soak/after/request_facts.py",
+        "soak/record/window_journal.py",
+        "soak/after/shard_check.py",
+    )
+    for module in readers:
         read = _keys_read_of("line", ROOT / module)
         assert read, module
         assert read <= set(RequestLine.model_fields), (module, read - set(RequestLine.model_fields))

@@ -17,7 +17,8 @@ from loadgen.envelope import FailureClass, RequestResult
 from loadgen.live import LiveLoadStats, SecondsFold
 from soak.record.endurance import WindowFigures
 from soak.record.journal import request_line
-from soak.record.windows import SeriesSpec, series_origin, window_kind, windows_from_journals
+from soak.record.window_journal import windows_from_journals
+from soak.record.windows import SeriesSpec, series_origin, window_kind
 from soak.run.warmup import WarmupClock, parse_warmup
 from soak.run.window_tick import live_window
 

@@ -1,0 +1,83 @@
+"""One read of a journal that also says what in it is damaged.
+
+``verify`` and ``recover`` need two things of ``requests.jsonl``: every JSON-object line
+(the figures) and the lines that are not one (the notes, by line number). Read apart,
+that is two parses of the journal, and a 1-hour soak's request journal is a gigabyte
+whose parse costs seconds each time: :class:`JournalScan` yields the objects as
+:func:`soak.record.journal.read_jsonl` does and counts the damage as it goes, in the
+words :func:`soak.record.run_dir.journal_problems` says (which is built on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+__all__ = ["JournalScan"]
+
+
+class JournalScan:
+    """The lines of one journal, read once (:meth:`lines`), and what was wrong with them
+    (:meth:`problems`): lines that are not JSON objects, by number, and a torn last line
+    (no newline: a writer killed mid-line). Each line is parsed once."""
+
+    __slots__ = ("_started", "bad", "done", "name", "read_lines", "torn")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        """The journal's file name, as the problems say it."""
+        self.bad: list[int] = []
+        """Line numbers (1-based) that are not JSON objects."""
+        self.torn = False
+        self.read_lines = 0
+        """Lines read, the bad ones and a torn tail included."""
+        self.done = False
+        """The whole file has been read (a missing file: read, empty)."""
+        self._started = False
+
+    def lines(self, path: Path) -> Iterator[dict[str, Any]]:
+        """Every complete JSON-object line of ``path`` (the journal :attr:`name` names),
+        in order; a missing file has none. Read once: a scan is of one read."""
+        if self._started:
+            raise RuntimeError(f"{self.name}: a JournalScan reads its journal once")
+        self._started = True
+        try:
+            fh = path.open("rb")
+        except FileNotFoundError:
+            self.done = True
+            return
+        with fh:
+            n = 0
+            for n, raw in enumerate(fh, 1):
+                if not raw.endswith(b"\n"):
+                    self.torn = True  # the line being written when the writer died
+                    break
+                try:
+                    obj = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    obj = None
+                if isinstance(obj, dict):
+                    yield obj
+                else:
+                    self.bad.append(n)
+            self.read_lines = n
+        self.done = True
+
+    def problems(self) -> list[str]:
+        """What the read found, one sentence each (empty: every line was sound)."""
+        out = []
+        if self.bad:
+            bad = self.bad
+            first = ", ".join(str(n) for n in bad[:5]) + (", ..." if len(bad) > 5 else "")
+            out.append(
+                f"{self.name}: {len(bad)} line(s) are not JSON objects and were skipped "
+                f"(line {first})"
+            )
+        if self.torn:
+            out.append(
+                f"{self.name}: the last line is torn (no newline: a write was cut) and was skipped"
+            )
+        return out
