@@ -36,6 +36,7 @@ from loadgen.read_health import PROCESS_TALLY
 from loadgen.trace_source import TraceSource
 from loadgen.workers import LoadGenerator, LoadPlan, StreamingClient
 from probes.host import LoopLagMonitor, raise_fd_limit
+from soak.run.heap_policy import LoadHeap
 from soak.run.shard_protocol import encode_result, global_index, message, share
 from soak.run.shard_trace import trace_pool_from_spec
 from soak.run.trace_setup import REPLAYED
@@ -268,17 +269,22 @@ class Shard:
             )
             beat = asyncio.create_task(self.heartbeat())
             await gen.start_workers()
-            self.send(
-                message(
-                    "ready",
-                    clock_ns=time.perf_counter_ns(),
-                    workers_started=gen.state.workers_started,
-                    failures=dict(gen.state.start_failures),
+            heap = LoadHeap()  # no full GC walk of the start-up's objects in the load
+            try:
+                await heap.settle()  # before ready: its stall is not the load's
+                self.send(
+                    message(
+                        "ready",
+                        clock_ns=time.perf_counter_ns(),
+                        workers_started=gen.state.workers_started,
+                        failures=dict(gen.state.start_failures),
+                    )
                 )
-            )
-            await self._obey(commands, gen)
-            if self.load is not None:
-                await self.load
+                await self._obey(commands, gen)
+                if self.load is not None:
+                    await self.load
+            finally:
+                heap.close()
             beat.cancel()
         self.lag.stop()
         gs = gen.state
@@ -318,6 +324,7 @@ class Shard:
             if kind == "release" and self.load is None:
                 if isinstance(gen, ShardOpenLoop):  # the schedule's origin: the run's
                     gen.origin_ns = int(cmd["t0"])
+                self.lag.take_interval(keep=False)  # start-up lag is not load lag
                 self.load = asyncio.create_task(gen.run())
                 # Queued after the task's first step, which stamps the release time: a
                 # shard lost later still has its release offset in the record.

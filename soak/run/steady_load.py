@@ -25,6 +25,7 @@ from soak.record.summary import LoadTiming
 from soak.run import trace_setup
 from soak.run.config import RunConfig
 from soak.run.config_arrival import default_max_in_flight
+from soak.run.heap_policy import LoadHeap
 from soak.run.load_source import request_source
 from soak.run.load_steps import LoadSteps, step_curve
 from soak.run.mix_setup import mix_contracts
@@ -123,7 +124,18 @@ class SteadyLoad:
                 await gen.cancel_unstarted()
 
     async def _released(self, gen: LoadGenerator) -> None:  # or its open-loop subclass
-        """From the barrier's release to the end of the drain."""
+        """From the barrier's release to the end of the drain, under the load's policy
+        for the garbage collector (:mod:`soak.run.heap_policy`: no full collection
+        walks the start-up's objects while the load is measured)."""
+        heap = LoadHeap()
+        try:
+            await heap.settle()
+            await self._load_window(gen)
+        finally:
+            heap.close()
+
+    async def _load_window(self, gen: LoadGenerator) -> None:
+        """The load window opened, the load issued and drained."""
         p, st, cfg = self.parts, self.parts.state, self.parts.state.config
         engines = p.watchers.engines
         st.released_at = now_iso()
