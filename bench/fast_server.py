@@ -17,6 +17,10 @@ Pacing:
   per ``write()`` in a tight loop, as fast as the server can; the client then finds several
   events per read.
 
+Lengths: ``--length-spread F`` (0 ≤ F < 1) ends each streamed answer at its EOS, a
+uniform draw up to F × ``max_tokens`` short (the last chunk says ``finish_reason: stop``),
+as a model's answers vary; 0 (the default) sends ``max_tokens`` every time.
+
 Run: ``python bench/fast_server.py --port 8000 --token-interval-ms 20``; it prints
 ``READY <port>`` once listening.
 """
@@ -104,6 +108,9 @@ class Encoded:
             )
         self.tokens = [_frame(head + w.encode() + tail) for w in WORDS]
         self.last = [_frame(head + w.encode() + tail_last) for w in WORDS]
+        stop = tail_last.replace(b'"finish_reason":"length"', b'"finish_reason":"stop"')
+        self.stop = [_frame(head + w.encode() + stop) for w in WORDS]
+        """The last token of an answer that ended before ``max_tokens`` (EOS)."""
         self.done = _frame(b"data: [DONE]\n\n") + b"0\r\n\r\n"
         self.chat = chat
 
@@ -141,13 +148,21 @@ class Stats:
 class Stream:
     """One in-flight paced response."""
 
-    __slots__ = ("at", "conn", "enc", "i", "n", "prompt_tokens", "usage")
+    __slots__ = ("at", "conn", "enc", "i", "last", "n", "prompt_tokens", "usage")
 
     def __init__(
-        self, conn: Conn, enc: Encoded, n: int, usage: bool, prompt_tokens: int, at: int
+        self,
+        conn: Conn,
+        enc: Encoded,
+        n: int,
+        usage: bool,
+        prompt_tokens: int,
+        at: int,
+        last: list[bytes],
     ) -> None:
         self.conn = conn
         self.enc = enc
+        self.last = last  # the last token's events: finish "length", or "stop" (EOS)
         self.n = n
         self.i = 0
         self.at = at  # where in SEQUENCE this stream's text starts
@@ -156,8 +171,10 @@ class Stream:
 
 
 class Server:
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, interval_s: float, length_spread: float = 0.0) -> None:
         self.interval_s = interval_s
+        self.length_spread = length_spread
+        self.rng = random.Random(11)
         self.stats = Stats()
         self.chat = Encoded(chat=True)
         self.completions = Encoded(chat=False)
@@ -191,7 +208,7 @@ class Server:
                     s.i = i + 1
                     keep.append(s)
                 else:
-                    w(enc.last[SEQUENCE[(s.at + i) & 4095]])
+                    w(s.last[SEQUENCE[(s.at + i) & 4095]])
                     if s.usage:
                         w(enc.usage(s.prompt_tokens, s.n))
                     w(enc.done)
@@ -202,13 +219,18 @@ class Server:
 
     def start_stream(self, conn: Conn, enc: Encoded, n: int, usage: bool, pt: int) -> None:
         stats = self.stats
+        last = enc.last
+        if self.length_spread > 0:  # an answer that ends at its EOS, short of max_tokens
+            short = self.rng.randrange(int(n * self.length_spread) + 1)
+            if short and n - short >= 1:
+                n, last = n - short, enc.stop
         stats.started += 1
         conn.write(SSE_HEADERS)
         if enc.role:
             conn.write(enc.role)
         if self.interval_s > 0:
             stats.active += 1
-            self.active.append(Stream(conn, enc, n, usage, pt, stats.started * 257))
+            self.active.append(Stream(conn, enc, n, usage, pt, stats.started * 257, last))
             return
         # Unpaced: everything now, one write per event.
         w = conn.write
@@ -216,7 +238,7 @@ class Server:
         at = stats.started * 257
         for i in range(at, at + n - 1):
             w(toks[SEQUENCE[i & 4095]])
-        w(enc.last[SEQUENCE[(at + n - 1) & 4095]])
+        w(last[SEQUENCE[(at + n - 1) & 4095]])
         if usage:
             w(enc.usage(pt, n))
         w(enc.done)
@@ -325,8 +347,17 @@ async def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--token-interval-ms", type=float, default=20.0)
+    ap.add_argument(
+        "--length-spread",
+        type=float,
+        default=0.0,
+        help="streamed answers end at EOS (finish 'stop') up to this share short of "
+        "max_tokens, uniformly (0: every answer is max_tokens long, finish 'length')",
+    )
     args = ap.parse_args()
-    server = Server(args.token_interval_ms / 1000.0)
+    if not 0.0 <= args.length_spread < 1.0:
+        ap.error(f"--length-spread {args.length_spread}: allowed 0 <= F < 1")
+    server = Server(args.token_interval_ms / 1000.0, args.length_spread)
     loop = asyncio.get_running_loop()
     srv = await loop.create_server(lambda: Conn(server), args.host, args.port, backlog=4096)
     port = srv.sockets[0].getsockname()[1]

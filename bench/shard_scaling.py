@@ -9,9 +9,10 @@ loop of ``--max-tokens`` (256) tokens a request, for ``--seconds`` each:
 - ``--streams`` (1,024 and 4,096) × ``--shards`` (1, 2 and 4);
 - ``--many`` (10,000) long-lived streams at 1 token/s each (their own server paced at
   1,000 ms; ``--many-tokens`` 60 a request, ``--many-seconds`` 75), one host, 1 shard and
-  2: barrier reached, run valid, runner RSS per stream. A closed loop of equal requests
-  against one ticker is synchronised: all streams start together at the release and turn
-  over together, so each turnover is one burst of 10,000 request ends and sends.
+  2: barrier reached, run valid, runner RSS per stream. Their server ends each answer at
+  its EOS up to ``--many-spread`` (half) short of ``max_tokens``, as a model's answers
+  vary: answers of one length against one ticker would keep the closed loop in lockstep,
+  every turnover one burst of 10,000 request ends and sends, a load no real soak makes.
 
 Per row: offered vs achieved tok/s (the server's own count while every stream was active:
 the steady state; a short closed-loop row's record counts only requests that ended inside
@@ -83,11 +84,13 @@ class Row:
     run_dir: Path | None = None
 
 
-def start_server(interval_ms: float) -> tuple[subprocess.Popen[str], str]:
+def start_server(
+    interval_ms: float, length_spread: float = 0.0
+) -> tuple[subprocess.Popen[str], str]:
     """``bench/fast_server.py`` on a free loopback port; it and its URL."""
     srv = subprocess.Popen(
         [sys.executable, str(REPO / "bench" / "fast_server.py"), "--port", "0",
-         "--token-interval-ms", f"{interval_ms:g}"],
+         "--token-interval-ms", f"{interval_ms:g}", "--length-spread", f"{length_spread:g}"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert srv.stdout is not None
@@ -165,11 +168,12 @@ def run_soaktop(
 ) -> Row:
     """One headless run; its row, from the record and the process tree's CPU."""
     row = Row(streams, shards, interval_ms, streams * 1000.0 / interval_ms)
+    drain_s = tokens * interval_ms / 1000 + 30  # outlasts the longest request: no cut drain
     argv = [
         SOAKTOP, "run", "--endpoint", url, "--model", "tiny", "--headless", "--no-gates",
         "--no-nvml", "--concurrency", str(streams), "--shards", str(shards),
         "--duration", f"{seconds:g}", "--max-tokens", str(tokens), "--ignore-eos",
-        "--out", str(out), "--drain-timeout", "30",
+        "--out", str(out), "--drain-timeout", f"{drain_s:g}",
     ]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -318,6 +322,10 @@ def main() -> int:
     ap.add_argument("--many", type=int, default=10_000)
     ap.add_argument("--many-tokens", type=int, default=60, help="a long-lived stream's tokens")
     ap.add_argument("--many-seconds", type=float, default=75.0)
+    ap.add_argument(
+        "--many-spread", type=float, default=0.5,
+        help="the many-streams server's --length-spread (answers end up to this share short)",
+    )  # fmt: skip
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--interval-ms", type=float, default=20.0)
     ap.add_argument("--hour-seconds", type=float, default=3600.0)
@@ -352,7 +360,7 @@ def main() -> int:
         for line in scaling(rows[1:]):
             print(line)
         many_rows: list[Row] = []
-        srv, url = start_server(1000.0)
+        srv, url = start_server(1000.0, a.many_spread)
         try:
             for shards in (1, 2):
                 out = Path(tmp) / f"many{shards}"
@@ -363,7 +371,8 @@ def main() -> int:
             srv.terminate()
             srv.wait()
         print(
-            f"\n{a.many:,} streams at 1 token/s each ({a.many_tokens} tokens a request, "
+            f"\n{a.many:,} streams at 1 token/s each (answers of "
+            f"{math.ceil(a.many_tokens * (1 - a.many_spread))}–{a.many_tokens} tokens, "
             f"{a.many_seconds:g} s), one host:"
         )
         print_rows(many_rows, None)
