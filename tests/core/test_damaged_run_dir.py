@@ -226,6 +226,36 @@ def test_recover_then_verify_with_damaged_journals(tmp_path, capsys):
         fh.write(b"\xff\xfe\n")
     rc, out, err = _cli(capsys, "verify", str(run))
     assert rc == 1 and "probes.jsonl: 1 line(s) are not JSON objects" in out, (out, err)
+    with (run / "requests.jsonl").open("ab") as fh:
+        fh.write(b"\x07 more garbage\n")
+    rc, out, err = _cli(capsys, "verify", str(run))
+    assert rc == 1 and "requests.jsonl: 2 line(s) are not JSON objects" in out, (out, err)
+
+
+def test_a_scan_reads_once_what_read_jsonl_reads_and_says_what_journal_problems_says(
+    tmp_path,
+):
+    from soak.record.journal import read_jsonl
+    from soak.record.journal_scan import JournalScan
+    from soak.record.run_dir import journal_problems
+
+    lines = [b'{"id": %d}\n' % i for i in range(8)]
+    lines[2], lines[6] = b"\x1b[2J not json\n", b"[1, 2]\n"
+    (tmp_path / "requests.jsonl").write_bytes(b"".join(lines) + b'{"id": 9, "ok": tr')
+    scan = JournalScan("requests.jsonl")
+    got = list(scan.lines(tmp_path / "requests.jsonl"))
+    assert got == list(read_jsonl(tmp_path / "requests.jsonl"))
+    assert [x["id"] for x in got] == [0, 1, 3, 4, 5, 7]
+    assert scan.done and scan.bad == [3, 7] and scan.torn
+    assert scan.problems() == journal_problems(tmp_path, ("requests.jsonl",))
+    assert scan.problems()[0] == (
+        "requests.jsonl: 2 line(s) are not JSON objects and were skipped (line 3, 7)"
+    )
+    with pytest.raises(RuntimeError, match="once"):
+        list(scan.lines(tmp_path / "requests.jsonl"))
+    missing = JournalScan("telemetry.jsonl")
+    assert list(missing.lines(tmp_path / "telemetry.jsonl")) == [] and missing.done
+    assert missing.problems() == []
 
 
 def test_wrong_shaped_journal_lines_are_a_sentence(tmp_path, capsys):
