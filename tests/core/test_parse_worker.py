@@ -95,8 +95,14 @@ async def test_a_hung_helper_costs_the_page_within_the_bound_then_works_again():
         t0 = time.monotonic()
         first = await w.engine(REAL.encode(), 2.0)  # kills it; waits for the new one ≤ 0.3 s
         assert time.monotonic() - t0 < 2.0
-        assert first == parse_metrics(REAL, 2.0) or first.error == (
-            "the metrics parser process is starting (not ready within 0.3 s): this sample is lost"
+        # The page is parsed by the new helper, or lost within the bound: the new one not
+        # ready in time, or (a loaded machine, its first parse cold) its answer late.
+        assert first == parse_metrics(REAL, 2.0) or (first.error or "").startswith(
+            (
+                "the metrics parser process is starting (not ready within 0.3 s): "
+                "this sample is lost",
+                "the metrics parser process gave no answer within 0.3 s",
+            )
         )
         assert await w.ready()
         assert (await w.engine(REAL.encode(), 3.0)) == parse_metrics(REAL, 3.0)

@@ -140,7 +140,9 @@ async def test_the_record_counts_sessions_as_the_achieved_rate_not_their_turns(
     sessions = sum(r.turn == 1 for r in results)
     assert len(results) > 2 * sessions  # the turns are there, more than twice the sessions
     assert load.achieved_rate == pytest.approx(sessions / issue_s)
-    assert load.achieved_rate == pytest.approx(offered, rel=0.05)  # ≈ 4, not ≈ 12
+    # ≈ 4, not ≈ 12: within one session of the schedule's count (one drawn at the window's
+    # edge may be sent a loop turn late, on a loaded machine, and fall outside it).
+    assert load.achieved_rate == pytest.approx(offered, abs=1.01 / issue_s)
     assert load.lateness_s.n == len(results)  # lateness takes every turn
     assert load.e2e_from_intended_s.n == len(results)
 
