@@ -24,7 +24,7 @@ class JournalScan:
     (:meth:`problems`): lines that are not JSON objects, by number, and a torn last line
     (no newline: a writer killed mid-line). Each line is parsed once."""
 
-    __slots__ = ("_started", "bad", "done", "name", "read_lines", "torn")
+    __slots__ = ("_started", "bad", "done", "name", "torn")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -32,8 +32,6 @@ class JournalScan:
         self.bad: list[int] = []
         """Line numbers (1-based) that are not JSON objects."""
         self.torn = False
-        self.read_lines = 0
-        """Lines read, the bad ones and a torn tail included."""
         self.done = False
         """The whole file has been read (a missing file: read, empty)."""
         self._started = False
@@ -50,7 +48,6 @@ class JournalScan:
             self.done = True
             return
         with fh:
-            n = 0
             for n, raw in enumerate(fh, 1):
                 if not raw.endswith(b"\n"):
                     self.torn = True  # the line being written when the writer died
@@ -63,7 +60,6 @@ class JournalScan:
                     yield obj
                 else:
                     self.bad.append(n)
-            self.read_lines = n
         self.done = True
 
     def problems(self) -> list[str]:
