@@ -104,10 +104,11 @@ def change_words(f: DriftFinding) -> str | None:
     return None if f.change is None else f"{signed_pct(f.change * 100)} %"
 
 
-def _p(p: float | None) -> str:
+def _p(p: float | None, step_p: float | None = None) -> str:
     if p is None:
         return ""
-    return "p<0.001" if p < 0.001 else f"p={p:.2g}"
+    words = "p<0.001" if p < 0.001 else f"p={p:.2g}"
+    return words if step_p is None else f"{words} (step p={step_p:.2g})"
 
 
 def trend_words(f: DriftFinding) -> str:
@@ -119,16 +120,18 @@ def trend_words(f: DriftFinding) -> str:
     scale, unit = (100.0, "pts") if _is_ratio(f.figure) else (1.0, f.unit or _unit(f.figure))
     lo, hi = t.slope_lo_per_h, t.slope_hi_per_h
     band = f" [{num(lo * scale)}, {num(hi * scale)}]" if lo is not None and hi is not None else ""
-    return _rate(t.direction, t.slope_per_h * scale, unit, band, t.mk_p)
+    return _rate(t.direction, t.slope_per_h * scale, unit, band, t.mk_p, t.step_p)
 
 
-def _rate(lead: str, rate: float, unit: str, band: str, p: float | None) -> str:
+def _rate(
+    lead: str, rate: float, unit: str, band: str, p: float | None, step_p: float | None = None
+) -> str:
     """``falling −650 tok/s [−700, −600], p<0.001`` (the parts that are there; a unit
     that starts with ``/`` or ``%`` is written against the number: ``+120/h``)."""
     attached = unit.startswith(("/", "%"))
     number = signed(rate) + (unit if attached else "")
     text = " ".join(x for x in (lead, number, "" if attached else unit) if x)
-    return text + band + (f", {_p(p)}" if p is not None else "")
+    return text + band + (f", {_p(p, step_p)}" if p is not None else "")
 
 
 def _unit(figure: str) -> str:
@@ -187,7 +190,7 @@ def leak_rate(f: LeakFinding, *, full: bool = True) -> str:
     band = f" [{num(lo * scale)}, {num(hi * scale)}]" if lo is not None and hi is not None else ""
     if not full:
         return _rate("", f.rate_per_h * scale, unit, "", None)
-    return _rate("", f.rate_per_h * scale, unit, band, f.mk_p)
+    return _rate("", f.rate_per_h * scale, unit, band, f.mk_p, f.step_p)
 
 
 def leak_label(resource: str) -> str:

@@ -332,6 +332,8 @@ def leak_finding(s: _Series, resource: str, running: DriftFinding | None = None)
         last=last,
         peak=float(np.max(y)),
     )
+    if trend.step_p is not None:
+        f.step_p = trend.step_p  # assigned, so written (absent unless asked)
     if resource == "kv_usage" and running is not None and drift_significant(running):
         change = words.change_words(FIGURES["engine.running"], running.change or 0.0)
         why = (

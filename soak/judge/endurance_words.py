@@ -58,11 +58,13 @@ def floor_words(info: FigureInfo) -> str:
     return f"{num(floor)} points" if ratio_figure(info) else f"{num(floor)}%"
 
 
-def p_words(p: float | None) -> str:
-    """``Mann–Kendall p=0.41`` (``p<0.001`` when smaller)."""
+def p_words(p: float | None, step_p: float | None = None) -> str:
+    """``Mann–Kendall p=0.41`` (``p<0.001`` when smaller), and Pettitt's step test's p
+    when it was asked (``soak.judge.trend``)."""
     if p is None:
         return "no test"
-    return "Mann–Kendall p<0.001" if p < 0.001 else f"Mann–Kendall p={p:.2g}"
+    words = "Mann–Kendall p<0.001" if p < 0.001 else f"Mann–Kendall p={p:.2g}"
+    return words if step_p is None else f"{words}; one step: Pettitt p={step_p:.2g}"
 
 
 def not_judged_words(n: int, window_s: int, needed: int) -> str:
@@ -98,7 +100,7 @@ def drift_words(f: DriftFinding, span: str, tail: str) -> str:
 
 def stable_tail(f: DriftFinding, significant: bool) -> str:
     """Why a drift finding is not a drift: no trend, the good way, or too small."""
-    p = p_words(f.trend.mk_p)
+    p = p_words(f.trend.mk_p, f.trend.step_p)
     if f.trend.direction not in ("rising", "falling"):
         return f": no significant trend ({p})"
     if significant:
@@ -146,7 +148,7 @@ def leak_words(f: LeakFinding, how: str, since: str | None = None) -> str:
     rate = rate_words(f.resource, f.rate_per_h)
     first, last = resource_value(f.resource, f.first), resource_value(f.resource, f.last)
     peak = resource_value(f.resource, f.peak if f.peak is not None else f.last)
-    p = p_words(f.mk_p)
+    p = p_words(f.mk_p, f.step_p)
     began = f" since {since}" if since else ""
     if how in ("leak", "capped"):
         lo = rate_words(f.resource, f.rate_lo_per_h or 0.0).split(" ")[0].removesuffix("%/h")

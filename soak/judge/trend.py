@@ -27,7 +27,14 @@ Mann–Kendall counts ordered pairs, and 16 windows that jump after the 7th (ans
 that turn to garbage at a moment, after a run of zeros) reach p ≈ 0.004 at best. Such
 a change is huge against the scatter, hence the second door (not under 12 points: the
 scatter of 7–10 differences is itself too uncertain to be 6 standard errors from
-anything). The noise guard catches what the test's own level lets through (a noisy run
+anything). Even that door missed one such run in six or more on a loaded machine: the
+scatter within each level orders the pairs at random, and S then fell to p ≈ 0.01–0.02.
+So a large change Mann–Kendall misses is asked, under 24 points (where the windows are
+taken as exchangeable, as the test itself takes them there), whether it is **one step**:
+Pettitt's rank test (:func:`pettitt_p`) counts only the pairs across the best split, so
+the order within the levels costs it nothing (a clean step after the 6th of 16 windows:
+p ≈ 0.0015), and p < :data:`ALPHA_LARGE` there admits it through the same door. The
+noise guard catches what the test's own level lets through (a noisy run
 that happens to slope), and the judge adds each figure's materiality floor and the
 policy's bound (``soak.judge.trend_metrics``). Calibration:
 ``tests/core/test_endurance.py``.
@@ -90,6 +97,11 @@ LARGE_MIN_POINTS = 12
 """...over at least this many points (the scatter then rests on 11 differences or more)."""
 END_MIN, END_MAX = 3, 10
 """The points at each end the noise guard compares (and the judge's baseline and end)."""
+STEP_PERMUTATIONS = 1999
+"""Shuffles behind Pettitt's step test (:func:`pettitt_p`): p to within 0.0005, and
+1999 × 23 ranks at most (it is asked only under :data:`AUTOCORRELATION_MIN_POINTS`)."""
+STEP_SEED = 20261204
+"""The shuffles' seed: a record's trends recompute to the same p."""
 _MEDIAN_SE = math.sqrt(math.pi / 2.0)
 """The standard error of a median of k normal values is about √(π/2)·σ/√k."""
 
@@ -309,11 +321,18 @@ def fit_trend(
     direction: Literal["rising", "falling", "flat"] = "flat"
     # An interval end exactly at zero is the ties' (a step up from a run of zeros).
     way = 1.0 if lo >= 0 < hi else (-1.0 if hi <= 0 > lo else 0.0)
-    if way != 0 and mk.p < ALPHA_LARGE:
+    step_p: float | None = None
+    if way != 0:
         z = noise_z(raw, ends or end_size(n))
         large = z >= NOISE_Z_LARGE and n >= LARGE_MIN_POINTS
-        if (mk.p < alpha and z >= NOISE_Z) or large:
+        if (mk.p < alpha and z >= NOISE_Z) or (large and mk.p < ALPHA_LARGE):
             direction = "rising" if way > 0 else "falling"
+        elif large and n < AUTOCORRELATION_MIN_POINTS:
+            # A large change Mann–Kendall missed: the within-level scatter of a step
+            # spends its pairs (see the module docstring). Ask whether it is one step.
+            step_p = pettitt_p(v, way)
+            if step_p < ALPHA_LARGE:
+                direction = "rising" if way > 0 else "falling"
     trend = Trend(
         n=n,
         slope_per_h=slope * 3600.0,
@@ -323,11 +342,41 @@ def fit_trend(
         mk_p=mk.p,
         direction=direction,
     )
+    if step_p is not None:
+        trend.step_p = step_p  # assigned, so written (absent unless asked)
     cp = None
     if direction != "flat":
         fit_to = 1.0 / v if reciprocal and bool(np.all(v > 0)) else v
         cp = change_point(t, fit_to, relative_weights(t, fit_to))
     return TrendFit(trend=trend, change=cp, intercept=float(np.median(v - slope * t)))
+
+
+def pettitt_p(v: Floats, way: float, permutations: int = STEP_PERMUTATIONS) -> float:
+    """Pettitt's test (1979) for one change in level of ``v``, by permutation: the share
+    of ``permutations`` shuffles (from :data:`STEP_SEED`, so a verdict recomputes
+    identically) whose K = maxₜ |Uₜ| reaches the series' own, Uₜ = 2·Σᵢ≤ₜ rᵢ − t(n + 1)
+    over the (tie-averaged) ranks r. A series whose biggest split does not go ``way``
+    (1: up, −1: down) is p = 1: it is not the step the trend says."""
+    n = len(v)
+    ranks = average_ranks(np.asarray(v, dtype=np.float64)) + 1.0
+    t = np.arange(1, n, dtype=np.float64)
+
+    def split_sums(r: Floats) -> Floats:
+        u: Floats = 2.0 * np.cumsum(r, axis=-1)[..., :-1] - t * (n + 1)
+        return u
+
+    u = split_sums(ranks)
+    at = int(np.argmax(np.abs(u)))
+    # Uₜ < 0: the ranks before t are the small ones, a step up.
+    if u[at] == 0 or (u[at] < 0) != (way > 0):
+        return 1.0
+    shuffled = np.random.default_rng(STEP_SEED).permuted(
+        np.broadcast_to(ranks, (permutations, n)), axis=1
+    )
+    k = np.abs(split_sums(shuffled)).max(axis=1)
+    # Rank sums are multiples of ½: the tolerance only absorbs float dust.
+    reached = int(np.count_nonzero(k >= abs(float(u[at])) - 1e-9))
+    return (1 + reached) / (1 + permutations)
 
 
 def _inflation(v: Floats, *, rising: bool) -> float:

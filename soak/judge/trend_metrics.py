@@ -141,17 +141,18 @@ def bad_way(f: DriftFinding) -> bool:
     return f.trend.direction == ("rising" if bad == "up" else "falling")
 
 
-def _p_words(p: float | None) -> str:
+def _p_words(p: float | None, step_p: float | None = None) -> str:
     if p is None:
         return "no test"
-    return "p<0.001" if p < 0.001 else f"p={p:.2g}"
+    words = "p<0.001" if p < 0.001 else f"p={p:.2g}"
+    return words if step_p is None else f"{words}; one step: Pettitt p={step_p:.2g}"
 
 
 def drift_source(f: DriftFinding, where: str = "window series") -> str:
     """The state's ``source`` for a drift figure: what the trend said."""
     if f.state == "no_data" or f.change is None:
         return f"{where}: {f.words or 'no data'}"
-    p = _p_words(f.trend.mk_p)
+    p = _p_words(f.trend.mk_p, f.trend.step_p)
     if drift_significant(f):
         return f"{where}: a significant {f.trend.direction} trend, Mann–Kendall {p}"
     if f.trend.direction in ("rising", "falling"):
@@ -163,7 +164,7 @@ def leak_source(f: LeakFinding, where: str = "window series") -> str:
     """The state's ``source`` for a leak figure."""
     if f.state == "no_data" or f.rate_per_h is None:
         return f"{where}: {f.words or 'no data'}"
-    p = _p_words(f.mk_p)
+    p = _p_words(f.mk_p, f.step_p)
     if f.state == "leak":
         return f"{where}: significant growth that did not come back, Mann–Kendall {p}"
     if f.returned:

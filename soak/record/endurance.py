@@ -190,6 +190,8 @@ class Trend(Section):
     """A robust trend over the judged windows: Theil–Sen slope with its 95 % interval and
     the Mann–Kendall test (``soak.judge.trend``)."""
 
+    absent_unless_set = frozenset({"step_p"})
+
     n: int = 0
     """Windows with a value."""
     slope_per_h: float | None = None
@@ -199,6 +201,10 @@ class Trend(Section):
     mk_z: float | None = None
     mk_p: float | None = None
     """Two-sided p-value of the Mann–Kendall test (ties corrected)."""
+    step_p: float | None = None
+    """Pettitt's permutation p for one step in level, asked only of a change large
+    against the scatter that Mann–Kendall alone did not find (``soak.judge.trend``);
+    absent otherwise."""
     direction: Literal["rising", "falling", "flat", "unknown"] = "unknown"
     """``rising``/``falling`` only when the test is significant and the interval excludes
     zero; else ``flat``; ``unknown`` without enough windows."""
@@ -233,6 +239,8 @@ class DriftFinding(Section):
 class LeakFinding(Section):
     """One resource that may grow and never come back."""
 
+    absent_unless_set = frozenset({"step_p"})
+
     resource: str
     """A key of :data:`LEAKS`."""
     unit: str = ""
@@ -242,6 +250,8 @@ class LeakFinding(Section):
     rate_lo_per_h: float | None = None
     rate_hi_per_h: float | None = None
     mk_p: float | None = None
+    step_p: float | None = None
+    """As :attr:`Trend.step_p`: absent unless Pettitt's step test was asked."""
     first: float | None = None
     """Median of the baseline windows."""
     last: float | None = None

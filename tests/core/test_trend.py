@@ -22,6 +22,7 @@ from soak.judge.trend import (
     mann_kendall,
     noise_z,
     pairwise_slopes,
+    pettitt_p,
     sen_interval,
     tie_corrected_variance,
 )
@@ -195,6 +196,31 @@ def test_a_step_from_a_run_of_zeros_is_a_trend_with_its_step():
     assert noise_z(y, 3) >= NOISE_Z_LARGE
     # Over 10 windows the same step is left to the load's own sanity reason.
     assert fit_trend(t[6:], y[6:], min_points=8).trend.direction == "flat"
+
+
+def test_a_step_whose_levels_scatter_against_it_is_still_a_step():
+    # The garbage-after soak as a loaded machine journals it (a CI failure of 2026-12-03):
+    # six windows of no flagged answers, one partial, then most flagged, the upper level's
+    # scatter falling by chance. Mann–Kendall loses its pairs to that order (p > 0.01);
+    # the levels still separate cleanly, and Pettitt's step test, which counts only the
+    # pairs across the split, says one step.
+    t = minutes(16)
+    upper = [0.74, 0.72, 0.70, 0.69, 0.67, 0.66, 0.64, 0.62, 0.61]
+    y = np.array([0.0] * 6 + [0.35, *upper])
+    fit = fit_trend(t, y, min_points=8)
+    assert fit.trend.mk_p is not None and fit.trend.mk_p > 0.01
+    assert fit.trend.step_p is not None and fit.trend.step_p < 0.01
+    assert fit.trend.direction == "rising"
+    assert fit.change is not None and fit.change.index in (6, 7)
+    # Recomputed, the same p (a record's verdict must verify), and nothing the wrong way.
+    assert pettitt_p(y, 1.0) == fit.trend.step_p
+    assert pettitt_p(y, -1.0) == 1.0
+    # The same values in no order in time: about 1 % of shufflings read as a trend at
+    # all (by chance they happen to sort), and the step door adds a fifth of that.
+    rng = np.random.default_rng(11)
+    fits = [fit_trend(t, rng.permutation(y), min_points=8).trend for _ in range(1000)]
+    called = [f for f in fits if f.direction != "flat"]
+    assert len(called) <= 20 and sum(f.step_p is not None for f in called) <= 5
 
 
 def test_a_slope_the_scatter_explains_is_not_a_trend_however_many_windows_agree():
