@@ -6,16 +6,34 @@ measured over that timing; the lines in flight at death and the journal's damage
 said beside them. All of it is one read (:meth:`RequestFacts.read`), so ``recover``
 parses the request journal twice in all — this and the figures' read — where each of
 these used to be a read of its own: a gigabyte's parse is seconds each time.
+
+This read only counts, so it splits: a journal of :data:`SPLIT_FROM_BYTES` or more is
+read in byte ranges by as many processes as the machine has cores for (at most
+:data:`MAX_READERS`; this process reads the first range itself, the others are forked,
+and only from a process with no other thread), and the ranges' facts are joined: the
+same facts, the same damage by the same line numbers, as one read.
 """
 
 from __future__ import annotations
 
+import itertools
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from soak.record.journal_scan import JournalScan
 
-__all__ = ["RequestFacts"]
+__all__ = ["MAX_READERS", "SPLIT_FROM_BYTES", "RequestFacts"]
+
+SPLIT_FROM_BYTES = 128 * 2**20
+"""Below this a journal is read in this process: a reader's start (~0.1 s) would cost
+about what it saves."""
+MAX_READERS = 8
+"""The most processes that read one journal (past that the disk, not the parse, bounds)."""
 
 
 @dataclass
@@ -34,21 +52,74 @@ class RequestFacts:
     """Lines that are not JSON objects, a torn last line: in ``journal_problems``' words."""
 
     @classmethod
-    def read(cls, run_dir: Path) -> RequestFacts:
-        """The facts of ``run_dir``'s ``requests.jsonl`` (none: a journal not there)."""
-        facts = cls()
-        scan = JournalScan("requests.jsonl")
-        every = judged = 0
-        last_end = 0.0
-        first: float | None = None
-        for line in scan.lines(run_dir / "requests.jsonl"):  # a RequestLine; read as a dict
-            every += 1
-            judged += line.get("phase") != "warmup"
-            last_end = max(last_end, line.get("end_s") or line.get("sent_s") or 0.0)
-            at = line.get("intended_s")
-            if isinstance(at, int | float) and (first is None or at < first):
-                first = float(at)
-        facts.every_line, facts.judged, facts.last_end = every, judged, last_end
-        facts.first_intended = first
-        facts.problems = scan.problems()
-        return facts
+    def read(cls, run_dir: Path, *, readers: int | None = None) -> RequestFacts:
+        """The facts of ``run_dir``'s ``requests.jsonl`` (none: a journal not there).
+        ``readers``: how many processes read it (default: one per spare core for a
+        journal of :data:`SPLIT_FROM_BYTES` or more, else one)."""
+        path = run_dir / "requests.jsonl"
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        k = max(1, readers if readers is not None else _readers(size))
+        # The readers are forked (a spawned one would import the caller's __main__: the
+        # whole CLI, seconds), so only from a process with no other thread to copy mid-act.
+        if k == 1 or size == 0 or threading.active_count() > 1:
+            return _joined([_read_range(path, 0, None)])
+        first_range, *rest_ranges = byte_ranges(size, k)
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(k - 1, mp_context=ctx) as pool:
+                rest = [pool.submit(_read_range, path, a, b) for a, b in rest_ranges]
+                first = _read_range(path, *first_range)
+                return _joined([first, *(f.result() for f in rest)])
+        except (BrokenProcessPool, OSError):
+            # A reader that could not start or died (memory, a signal): one read here
+            # still gives every fact; only the time is lost.
+            return _joined([_read_range(path, 0, None)])
+
+
+def _readers(size: int) -> int:
+    if size < SPLIT_FROM_BYTES:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, MAX_READERS, size // (SPLIT_FROM_BYTES // 2)))
+
+
+def byte_ranges(size: int, k: int) -> list[tuple[int, int | None]]:
+    """``k`` consecutive ranges ``[start, end)`` of a file of ``size`` bytes, the last
+    one open (to the end, wherever the end is when it gets there)."""
+    starts = [size * i // k for i in range(k)]
+    return [*itertools.pairwise(starts), (starts[-1], None)]
+
+
+def _read_range(path: Path, start: int, end: int | None) -> tuple[RequestFacts, JournalScan]:
+    """The facts of the lines that begin in ``[start, end)`` and their scan (its line
+    numbers from the range's first line)."""
+    scan = JournalScan("requests.jsonl")
+    every = judged = 0
+    last_end = 0.0
+    first: float | None = None
+    for line in scan.lines(path, start, end):  # a RequestLine; read as a dict
+        every += 1
+        judged += line.get("phase") != "warmup"
+        last_end = max(last_end, line.get("end_s") or line.get("sent_s") or 0.0)
+        at = line.get("intended_s")
+        if isinstance(at, int | float) and (first is None or at < first):
+            first = float(at)
+    facts = RequestFacts(every_line=every, judged=judged, last_end=last_end)
+    facts.first_intended = first
+    return facts, scan
+
+
+def _joined(parts: list[tuple[RequestFacts, JournalScan]]) -> RequestFacts:
+    """The facts of consecutive ranges as one read's: sums, the latest end, the earliest
+    intended send, and the damage with its line numbers across the whole journal."""
+    firsts = [f.first_intended for f, _ in parts if f.first_intended is not None]
+    return RequestFacts(
+        every_line=sum(f.every_line for f, _ in parts),
+        judged=sum(f.judged for f, _ in parts),
+        last_end=max((f.last_end for f, _ in parts), default=0.0),
+        first_intended=min(firsts) if firsts else None,
+        problems=JournalScan.joined([scan for _, scan in parts]).problems(),
+    )
