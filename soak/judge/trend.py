@@ -305,7 +305,8 @@ def fit_trend(
     Sen's 95 % interval, Mann–Kendall (ties and autocorrelation corrected) and the
     direction — ``rising``/``falling`` only when p < ``alpha``, the interval excludes
     zero and the change is clear of the noise over ``ends`` points at each end (default
-    :func:`end_size`); ``unknown`` under ``min_points``. Its change point only for such
+    :func:`end_size`), or a large change is one step (:func:`pettitt_p`, its p the
+    trend's ``step_p``); ``unknown`` under ``min_points``. Its change point only for such
     a trend (nothing began otherwise), fit to 1/y when ``reciprocal`` (a throughput: a
     slowing engine adds time per token, so a decay as 1/(1 + kt) is a hinge there).
     Bounded to :data:`MAX_POINTS` points."""
