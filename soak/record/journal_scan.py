@@ -39,7 +39,7 @@ class JournalScan:
         """Lines read, sound or not (a torn last line not counted)."""
         self.torn = False
         self.done = False
-        """The whole file has been read (a missing file: read, empty)."""
+        """The whole file (or its range) has been read (a missing file: read, empty)."""
         self._started = False
 
     def lines(self, path: Path, start: int = 0, end: int | None = None) -> Iterator[dict[str, Any]]:

@@ -54,7 +54,10 @@ def test_hung_metrics_and_health_cost_no_wall_time_and_are_said(tmp_path):
     # the load is not stretched by the hung /metrics (unfixed: tens of seconds); 2 s is
     # room for a busy CI box's drain, not for a scrape waited on
     assert abs(rec["load"]["elapsed_s"] - LOAD_S) < 2.0
-    assert wall < LOAD_S + 10, f"{wall:.1f} s of wall time for a {LOAD_S:g} s load"
+    # The whole command, two interpreters' start and exit included: unfixed 32 s. The
+    # phases above bound the run itself; around them a busy CI box adds seconds of its
+    # own (2026-12-04: an 11.6 s run in 15.6 s of wall time).
+    assert wall < LOAD_S + 15, f"{wall:.1f} s of wall time for a {LOAD_S:g} s load"
     cov = rec["telemetry"]["coverage"]
     engine = cov["engine_metrics"]["endpoint 0"]
     assert engine["answered"] == 0 and engine["expected"] >= 4 and engine["lost"]
