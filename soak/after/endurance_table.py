@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from soak.judge.trend_metrics import p_value_words
 from soak.record.endurance import FIGURES, LEAKS, DriftFinding, Endurance, LeakFinding
 from soak.record.faults import load_start, when
 from soak.record.models import RunRecord
@@ -105,10 +106,7 @@ def change_words(f: DriftFinding) -> str | None:
 
 
 def _p(p: float | None, step_p: float | None = None) -> str:
-    if p is None:
-        return ""
-    words = "p<0.001" if p < 0.001 else f"p={p:.2g}"
-    return words if step_p is None else f"{words} (step p={step_p:.2g})"
+    return "" if p is None else p_value_words(p, step_p)
 
 
 def trend_words(f: DriftFinding) -> str:

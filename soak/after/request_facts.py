@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from soak.record.journal_scan import JournalScan
+from soak.run.config_shards import usable_cores
 
 __all__ = ["MAX_READERS", "SPLIT_FROM_BYTES", "RequestFacts"]
 
@@ -82,8 +82,7 @@ class RequestFacts:
 def _readers(size: int) -> int:
     if size < SPLIT_FROM_BYTES:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cores or 1, MAX_READERS, size // (SPLIT_FROM_BYTES // 2)))
+    return max(1, min(usable_cores(), MAX_READERS, size // (SPLIT_FROM_BYTES // 2)))
 
 
 def byte_ranges(size: int, k: int) -> list[tuple[int, int | None]]:
@@ -107,9 +106,7 @@ def _read_range(path: Path, start: int, end: int | None) -> tuple[RequestFacts, 
         at = line.get("intended_s")
         if isinstance(at, int | float) and (first is None or at < first):
             first = float(at)
-    facts = RequestFacts(every_line=every, judged=judged, last_end=last_end)
-    facts.first_intended = first
-    return facts, scan
+    return RequestFacts(every, judged, last_end, first), scan
 
 
 def _joined(parts: list[tuple[RequestFacts, JournalScan]]) -> RequestFacts:

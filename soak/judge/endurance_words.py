@@ -5,7 +5,7 @@ one-line findings people read ("throughput −31% (first 10 min 4,210 tok/s → 
 from __future__ import annotations
 
 from soak.judge.threshold_metrics import format_duration
-from soak.judge.trend_metrics import DRIFT_FLOOR, LEAK_UNITS, ratio_figure
+from soak.judge.trend_metrics import DRIFT_FLOOR, LEAK_UNITS, p_value_words, ratio_figure
 from soak.record.endurance import FIGURES, LEAKS, DriftFinding, FigureInfo, LeakFinding
 
 MINUS = "−"
@@ -61,10 +61,7 @@ def floor_words(info: FigureInfo) -> str:
 def p_words(p: float | None, step_p: float | None = None) -> str:
     """``Mann–Kendall p=0.41`` (``p<0.001`` when smaller), and Pettitt's step test's p
     when it was asked (``soak.judge.trend``)."""
-    if p is None:
-        return "no test"
-    words = "Mann–Kendall p<0.001" if p < 0.001 else f"Mann–Kendall p={p:.2g}"
-    return words if step_p is None else f"{words}; one step: Pettitt p={step_p:.2g}"
+    return "no test" if p is None else f"Mann–Kendall {p_value_words(p, step_p)}"
 
 
 def not_judged_words(n: int, window_s: int, needed: int) -> str:

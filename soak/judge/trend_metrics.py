@@ -141,7 +141,9 @@ def bad_way(f: DriftFinding) -> bool:
     return f.trend.direction == ("rising" if bad == "up" else "falling")
 
 
-def _p_words(p: float | None, step_p: float | None = None) -> str:
+def p_value_words(p: float | None, step_p: float | None = None) -> str:
+    """``p=0.41`` (``p<0.001`` when smaller; ``no test`` for none), and Pettitt's step
+    test's p when it was asked (``soak.judge.trend``)."""
     if p is None:
         return "no test"
     words = "p<0.001" if p < 0.001 else f"p={p:.2g}"
@@ -152,7 +154,7 @@ def drift_source(f: DriftFinding, where: str = "window series") -> str:
     """The state's ``source`` for a drift figure: what the trend said."""
     if f.state == "no_data" or f.change is None:
         return f"{where}: {f.words or 'no data'}"
-    p = _p_words(f.trend.mk_p, f.trend.step_p)
+    p = p_value_words(f.trend.mk_p, f.trend.step_p)
     if drift_significant(f):
         return f"{where}: a significant {f.trend.direction} trend, Mann–Kendall {p}"
     if f.trend.direction in ("rising", "falling"):
@@ -164,7 +166,7 @@ def leak_source(f: LeakFinding, where: str = "window series") -> str:
     """The state's ``source`` for a leak figure."""
     if f.state == "no_data" or f.rate_per_h is None:
         return f"{where}: {f.words or 'no data'}"
-    p = _p_words(f.mk_p, f.step_p)
+    p = p_value_words(f.mk_p, f.step_p)
     if f.state == "leak":
         return f"{where}: significant growth that did not come back, Mann–Kendall {p}"
     if f.returned:
