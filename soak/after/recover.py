@@ -302,7 +302,7 @@ def _figures(
         percentile_method(config),
         steps=steps,
         counts=counts,
-        every=() if tally is None else (tally.offer,),
+        every=() if tally is None else (tally,),
         share=share,
     )
 

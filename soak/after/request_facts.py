@@ -7,33 +7,22 @@ said beside them. All of it is one read (:meth:`RequestFacts.read`), so ``recove
 parses the request journal twice in all — this and the figures' read — where each of
 these used to be a read of its own: a gigabyte's parse is seconds each time.
 
-This read only counts, so it splits: a journal of :data:`SPLIT_FROM_BYTES` or more is
-read in byte ranges by as many processes as the machine has cores for (at most
-:data:`MAX_READERS`; this process reads the first range itself, the others are forked,
-and only from a process with no other thread), and the ranges' facts are joined: the
-same facts, the same damage by the same line numbers, as one read.
+This read only counts, so it splits (:func:`soak.record.split_read.read_in_ranges`): a
+journal of a few hundred MB is read in byte ranges by as many processes as the machine
+has cores for, and the ranges' facts are joined: the same facts, the same damage by the
+same line numbers, as one read. (The figures' read splits too:
+:func:`soak.record.split_read.read_load_split`.)
 """
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
-import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from soak.record.journal_scan import JournalScan
-from soak.run.config_shards import usable_cores
+from soak.record.split_read import read_in_ranges, split_of
 
-__all__ = ["MAX_READERS", "SPLIT_FROM_BYTES", "RequestFacts"]
-
-SPLIT_FROM_BYTES = 128 * 2**20
-"""Below this a journal is read in this process: a reader's start (~0.1 s) would cost
-about what it saves."""
-MAX_READERS = 8
-"""The most processes that read one journal (past that the disk, not the parse, bounds)."""
+__all__ = ["RequestFacts"]
 
 
 @dataclass
@@ -55,41 +44,21 @@ class RequestFacts:
     def read(cls, run_dir: Path, *, readers: int | None = None) -> RequestFacts:
         """The facts of ``run_dir``'s ``requests.jsonl`` (none: a journal not there).
         ``readers``: how many processes read it (default: one per spare core for a
-        journal of :data:`SPLIT_FROM_BYTES` or more, else one)."""
+        journal of :data:`~soak.record.split_read.SPLIT_FROM_BYTES` or more, else one)."""
         path = run_dir / "requests.jsonl"
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            size = 0
-        k = max(1, readers if readers is not None else _readers(size))
-        # The readers are forked (a spawned one would import the caller's __main__: the
-        # whole CLI, seconds), so only from a process with no other thread to copy mid-act.
-        if k == 1 or size == 0 or threading.active_count() > 1:
+        size, k = split_of(path, readers)
+        if k == 1:
             return _joined([_read_range(path, 0, None)])
-        first_range, *rest_ranges = byte_ranges(size, k)
-        try:
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(k - 1, mp_context=ctx) as pool:
-                rest = [pool.submit(_read_range, path, a, b) for a, b in rest_ranges]
-                first = _read_range(path, *first_range)
-                return _joined([first, *(f.result() for f in rest)])
-        except (BrokenProcessPool, OSError):
+
+        def read(start: int, end: int | None) -> tuple[RequestFacts, JournalScan]:
+            return _read_range(path, start, end)
+
+        first, rest = read_in_ranges(size, k, read, read)
+        if any(part is None for part in rest):
             # A reader that could not start or died (memory, a signal): one read here
             # still gives every fact; only the time is lost.
             return _joined([_read_range(path, 0, None)])
-
-
-def _readers(size: int) -> int:
-    if size < SPLIT_FROM_BYTES:
-        return 1
-    return max(1, min(usable_cores(), MAX_READERS, size // (SPLIT_FROM_BYTES // 2)))
-
-
-def byte_ranges(size: int, k: int) -> list[tuple[int, int | None]]:
-    """``k`` consecutive ranges ``[start, end)`` of a file of ``size`` bytes, the last
-    one open (to the end, wherever the end is when it gets there)."""
-    starts = [size * i // k for i in range(k)]
-    return [*itertools.pairwise(starts), (starts[-1], None)]
+        return _joined([first, *(part for part in rest if part is not None)])
 
 
 def _read_range(path: Path, start: int, end: int | None) -> tuple[RequestFacts, JournalScan]:

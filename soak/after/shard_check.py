@@ -15,6 +15,7 @@ from typing import Any
 
 from soak.record.journal import read_jsonl
 from soak.record.models import RunRecord
+from soak.record.tally_samples import ShareJoin
 
 
 class ShardCounts:
@@ -30,6 +31,17 @@ class ShardCounts:
     def offer(self, line: dict[str, Any]) -> None:
         """One line of ``requests.jsonl``, counted for its shard."""
         self.counts[line.get("shard")] += 1
+
+    def begin_later_range(self) -> None:
+        """A line counts for its own shard: nothing of the lines before a range."""
+
+    def part(self) -> Counter[int | None]:
+        """The counts, to be sent back by a later range's reader."""
+        return self.counts
+
+    def join(self, part: Counter[int | None], shares: ShareJoin) -> None:
+        """A later range's counts (:meth:`part`) added."""
+        self.counts.update(part)
 
 
 def shard_problems(run_dir: Path, rec: RunRecord, counted: ShardCounts | None = None) -> list[str]:

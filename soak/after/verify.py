@@ -46,8 +46,9 @@ from soak.record.models import (
     exit_code_for,
 )
 from soak.record.run_dir import JOURNALS, RunDirError, journal_problems, load_run_record
+from soak.record.split_read import LineTally
 from soak.record.step_figures import counts_from_record, steps_from_events
-from soak.record.summary import LineOffer, LoadTiming
+from soak.record.summary import LoadTiming
 from soak.record.tally_samples import ItlShare
 from soak.record.window_journal import JournalWindows
 from soak.run.finalize import HASHED_FILES
@@ -148,11 +149,11 @@ def _differences(run_dir: Path, rec: RunRecord, scan: JournalScan) -> list[str]:
     share = ItlShare()  # the read's gaps, held once for the load and its windows
     series = _series(rec, journals, share)
     shards = ShardCounts() if rec.shards else None
-    every: list[LineOffer] = []
+    every: list[LineTally] = []
     if series is not None and series[1] is not None:
-        every.append(series[1].offer)
+        every.append(series[1])
     if shards is not None:
-        every.append(shards.offer)
+        every.append(shards)
     # One read of requests.jsonl for all of them: the load and its slices, the window
     # series, the lines of each shard, and the journal's damage (``scan``).
     figures = _figures_again(run_dir, rec, every, scan, share)
@@ -207,7 +208,7 @@ def _hash_problems(run_dir: Path, rec: RunRecord) -> list[str]:
 def _figures_again(
     run_dir: Path,
     rec: RunRecord,
-    every: Sequence[LineOffer],
+    every: Sequence[LineTally],
     scan: JournalScan,
     share: ItlShare,
 ) -> LoadFigures | None:

@@ -283,12 +283,27 @@ def cmd_view(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _readers_allowed(cmd: str) -> bool:
+    """Whether ``SOAKTOP_READERS`` is unset or allowed (else it is said, and ``cmd`` stops
+    before it reads anything)."""
+    from soak.record.split_read import env_readers
+
+    try:
+        env_readers()
+    except ValueError as e:
+        print(f"soaktop {cmd}: {e}", file=sys.stderr)
+        return False
+    return True
+
+
 def cmd_verify(ns: argparse.Namespace) -> int:
     """``soaktop verify RUN_DIR``: 0 when the record agrees with its journals, 1 when it
     does not, 2 when the run directory cannot be read (named in the message)."""
     from soak.after.verify import verify_run
     from soak.record.run_dir import RunDirError
 
+    if not _readers_allowed("verify"):
+        return EXIT_USAGE
     try:
         problems = verify_run(ns.run_dir)
     except RunDirError as e:
@@ -333,6 +348,8 @@ def cmd_recover(ns: argparse.Namespace) -> int:
     from soak.record.run_dir import record_problems
     from soak.safe_text import safe_line
 
+    if not _readers_allowed("recover"):
+        return EXIT_USAGE
     try:
         rec = recover_run(ns.run_dir)
     except RecoverError as e:

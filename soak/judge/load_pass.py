@@ -34,6 +34,7 @@ from soak.judge.goodput import good_line, sweep_of
 from soak.record.class_figures import ClassTallies, class_section, mix_classes
 from soak.record.journal_scan import JournalScan
 from soak.record.models import LoadStep, LoadSummary, SweepResult, WorkloadClassFigures
+from soak.record.split_read import LineTally, RangeTally, read_load_split
 from soak.record.step_figures import StepCounts, StepTallies, step_sections
 from soak.record.summary import LineOffer, LoadTally, LoadTiming, read_load
 from soak.record.tally_samples import ItlShare
@@ -73,9 +74,10 @@ def load_figures(
     counts: Sequence[StepCounts] = (),
     visit: LineOffer | None = None,
     turns_of: LoadSummary | None = None,
-    every: Sequence[LineOffer] = (),
+    every: Sequence[LineTally] = (),
     scan: JournalScan | None = None,
     share: ItlShare | None = None,
+    readers: int | None = None,
 ) -> LoadFigures:
     """The whole load over ``timing`` (``visit`` sees each of its lines, as
     :func:`summarize_load`'s does), ``steps`` measured with ``counts`` under the config's
@@ -87,23 +89,44 @@ def load_figures(
     (:func:`~soak.record.summary.read_load`): visitors of every line, the warm-up's
     included, and a scan that counts the journal's damage in the same parse. ``share``
     holds the gaps of the read (given: a window series of ``every`` holds its lines'
-    there too, so each gap is stored once)."""
+    there too, so each gap is stored once).
+
+    A journal of a few hundred MB or more is read in byte ranges by ``readers`` processes
+    (default: one per spare core, :func:`~soak.record.split_read.readers_for`) whose
+    tallies are joined exactly (:mod:`soak.record.split_read`); with a ``visit``, whose
+    state cannot be joined, it is one read."""
     share = ItlShare() if share is None else share
     whole = LoadTally.for_timing(timing, share)
     offers: list[LineOffer] = [] if visit is None else [visit]
     offers.append(whole.add)
+    tallies: list[RangeTally] = [whole]
     step_tallies = StepTallies(steps, timing, counts, good_line(config), share) if steps else None
     if step_tallies is not None and step_tallies.reads:
         offers.append(step_tallies.offer)
+        tallies.append(step_tallies)
     mix = mix_classes(config)
     class_tallies = ClassTallies(timing, mix, share) if mix else None
     if class_tallies is not None:
         offers.append(class_tallies.offer)
+        tallies.append(class_tallies)
     turns_timing = timing if turns_of is None else LoadTiming.from_summary(turns_of)
     turn_tallies = conversation_tallies(config, turns_timing, share)
     if turn_tallies is not None:
         offers.append(turn_tallies.offer)
-    read_load(requests_path, offers, every, scan)
+        tallies.append(turn_tallies)
+    tallies.extend(every)
+    every_line = [e.offer for e in every]
+
+    def read_range(part: JournalScan, start: int, end: int | None) -> None:
+        read_load(requests_path, offers, every_line, part, start, end)
+
+    read_load_split(
+        requests_path,
+        read_range,
+        tallies,
+        scan if scan is not None else JournalScan(requests_path.name),
+        1 if visit is not None else readers,
+    )
     load = whole.summary(timing, method)
     done = step_tallies.figures(method) if step_tallies is not None else []
     return LoadFigures(

@@ -25,7 +25,7 @@ from typing import Any
 from loadgen.stats import PercentileMethod
 from soak.record.models import WorkloadClassFigures
 from soak.record.summary import KeyedTallies, LoadTally, LoadTiming, read_load
-from soak.record.tally_samples import ItlShare
+from soak.record.tally_samples import ItlShare, ShareJoin
 
 __all__ = [
     "ClassTallies",
@@ -92,7 +92,19 @@ class ClassTallies:
         # A class's own timing has no schedule (module docstring): its tally none either.
         unscheduled = class_timing(timing, 0)
         self.tallies = {name: LoadTally.for_timing(unscheduled, share) for name, _ in classes}
-        self.offer = KeyedTallies("workload_class", self.tallies).offer
+        self._keyed = KeyedTallies("workload_class", self.tallies)
+        self.offer = self._keyed.offer
+
+    def begin_later_range(self) -> None:
+        """A class is a line's own field: nothing of the lines before a range."""
+
+    def part(self) -> dict[Any, LoadTally]:
+        """The classes' tallies, to be sent back by a later range's reader."""
+        return self._keyed.part()
+
+    def join(self, part: dict[Any, LoadTally], shares: ShareJoin) -> None:
+        """A later range's classes (:meth:`part`) joined into these, class by class."""
+        self._keyed.join(part, shares)
 
     def figures(self, method: PercentileMethod) -> list[WorkloadClassFigures]:
         """Each class's figures, in the mix's order; ``issued`` is the class's lines."""

@@ -83,15 +83,22 @@ class JournalScan:
     @classmethod
     def joined(cls, parts: Sequence[JournalScan]) -> JournalScan:
         """The scan of the whole journal from the scans of its consecutive ranges, in
-        order: line numbers carried on across the ranges, torn as the last one says."""
+        order: line numbers carried on across the ranges (:meth:`join`)."""
         whole = cls(parts[0].name if parts else "")
-        whole._started = True
+        whole._started = whole.done = True
         for part in parts:
-            whole.bad.extend(whole.count + n for n in part.bad)
-            whole.count += part.count
-        whole.torn = bool(parts) and parts[-1].torn
-        whole.done = all(part.done for part in parts)
+            whole.join(part)
         return whole
+
+    def join(self, later: JournalScan) -> None:
+        """The scan of the next range added to this one's, as one read of both would
+        have counted them: its line numbers carried on from this scan's lines, torn if
+        either found the torn last line (a line belongs to the range it begins in, so a
+        cut inside the torn line leaves it to the range before, and the later one empty)."""
+        self.bad.extend(self.count + n for n in later.bad)
+        self.count += later.count
+        self.torn = self.torn or later.torn
+        self.done = self.done and later.done
 
     def problems(self) -> list[str]:
         """What the read found, one sentence each (empty: every line was sound)."""

@@ -37,7 +37,7 @@ from typing import Any
 from loadgen.stats import PercentileMethod
 from soak.record.models import LoadStep, SweepResult
 from soak.record.summary import LoadTally, LoadTiming, read_load
-from soak.record.tally_samples import ItlShare
+from soak.record.tally_samples import ItlShare, ShareJoin
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,21 @@ class StepTallies:
             for slot in stamped:
                 if sent >= slot.lo:
                     slot.take(line)
+
+    def begin_later_range(self) -> None:
+        """The steps' spans and stamps route a line alone: nothing of the lines before."""
+
+    def part(self) -> list[tuple[LoadTally, int] | None]:
+        """Each step's tally and good requests, to be sent back by a later range's reader
+        (the routes and the ``good`` rule stay: they are this read's already)."""
+        return [None if s is None else (s.tally, s.good.good) for s in self.slots]
+
+    def join(self, part: list[tuple[LoadTally, int] | None], shares: ShareJoin) -> None:
+        """A later range's steps (:meth:`part`) joined into these, step by step."""
+        for slot, got in zip(self.slots, part, strict=True):
+            if slot is not None and got is not None:
+                slot.tally.join(got[0], shares)
+                slot.good.good += got[1]
 
     def figures(self, method: PercentileMethod) -> list[LoadStep]:
         """Every step with its figures and goodput (None for a step with no end)."""

@@ -20,7 +20,7 @@ from loadgen.stats import PercentileMethod, summarize
 from soak.record.journal import read_jsonl
 from soak.record.journal_scan import JournalScan
 from soak.record.models import LoadSummary
-from soak.record.tally_samples import ItlShare, gap_stats, samples_view
+from soak.record.tally_samples import ItlShare, ShareJoin, gap_stats, samples_view, shifted
 
 
 @dataclass
@@ -121,6 +121,8 @@ def read_load(
     offers: Sequence[LineOffer],
     every: Sequence[LineOffer] = (),
     scan: JournalScan | None = None,
+    start: int = 0,
+    end: int | None = None,
 ) -> None:
     """One read of the journal: every load line offered to each of ``offers`` in order —
     the whole load's tally and every slice family, so a record's figures cost one parse
@@ -128,8 +130,10 @@ def read_load(
 
     ``every`` is offered each line first, the warm-up's included (a window series, a
     count of lines by shard: what ``verify`` and ``recover`` need of the same read);
-    ``scan``, when given, is the read, and counts the lines that are not JSON objects."""
-    lines = read_jsonl(requests_path) if scan is None else scan.lines(requests_path)
+    ``scan``, when given, is the read, and counts the lines that are not JSON objects;
+    with it, ``start``/``end`` read only the lines that begin in that byte range (one
+    range of a split read: :mod:`soak.record.split_read`)."""
+    lines = read_jsonl(requests_path) if scan is None else scan.lines(requests_path, start, end)
     for line in lines:
         for visit in every:
             visit(line)
@@ -213,6 +217,18 @@ class KeyedTallies:
             return
         if tally is not None:
             tally.add(line)
+
+    def begin_later_range(self) -> None:
+        """A slice family's tallies need nothing of the lines before a range."""
+
+    def part(self) -> dict[Any, LoadTally]:
+        """The tallies, to be sent back by a later range's reader."""
+        return self.tallies
+
+    def join(self, part: dict[Any, LoadTally], shares: ShareJoin) -> None:
+        """A later range's tallies (:meth:`part`) joined into these, slice by slice."""
+        for key, tally in self.tallies.items():
+            tally.join(part[key], shares)
 
 
 @dataclass(slots=True)
@@ -328,6 +344,43 @@ class LoadTally:
         """The load summary of the lines tallied, over ``timing`` (the slice's own)."""
         return _summary(self, timing, method, self.sched)
 
+    def begin_later_range(self) -> None:
+        """A tally needs nothing of the lines before a range: its lines only add up."""
+
+    def part(self) -> LoadTally:
+        """This tally, to be sent back by a later range's reader (its share with it)."""
+        return self
+
+    def join(self, later: LoadTally, shares: ShareJoin) -> None:
+        """The tally of the next byte range of the same read added, as if its lines had
+        been offered here after these: counts summed, samples appended in journal order
+        (so every percentile is one read's), its gaps re-indexed into this share."""
+        base = shares.base(self.share, later.share)
+        if self.sched is not None and later.sched is not None:
+            self.sched.join(later.sched)
+        for name in _COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(later, name))
+        if self.disagree_example is None:
+            self.disagree_example = later.disagree_example  # the journal's first
+        self.classes.update(later.classes)
+        self.sanity.update(later.sanity)
+        for samples, more in (
+            (self.ttft, later.ttft),
+            (self.e2e, later.e2e),
+            (self.tpot, later.tpot),
+            (self.ttfb, later.ttfb),
+            (self.fc, later.fc),
+        ):
+            samples.extend(more)
+        self.itl_lines.extend(shifted(later.itl_lines, base))
+
+
+_COUNTS = (
+    "completed", "failed", "cancelled", "usage_missing", "disagrees", "empty_answers",
+    "stale_retries", "prompt_tokens", "output_tokens", "window_tokens", "flagged",
+)  # fmt: skip
+""":class:`LoadTally`'s counters: what a join sums."""
+
 
 @dataclass
 class _ScheduleTally:
@@ -354,6 +407,13 @@ class _ScheduleTally:
                 visit(line)
 
         return both
+
+    def join(self, later: _ScheduleTally) -> None:
+        """A later byte range's schedule tally appended (:meth:`LoadTally.join`)."""
+        self.arrivals += later.arrivals
+        self.late.extend(later.late)
+        self.ttft.extend(later.ttft)
+        self.e2e.extend(later.e2e)
 
     def add(self, line: dict[str, Any]) -> None:
         """One load line (a line without ``intended_s`` is not scheduled: skipped)."""

@@ -31,7 +31,7 @@ from typing import Any
 from loadgen.stats import PercentileMethod
 from soak.record.models import LoadSummary, SessionFigures, TurnFigures
 from soak.record.summary import KeyedTallies, LoadTally, LoadTiming, read_load
-from soak.record.tally_samples import ItlShare
+from soak.record.tally_samples import ItlShare, ShareJoin
 
 __all__ = ["TurnTallies", "conversation_fields", "conversation_tallies", "turn_figures"]
 
@@ -46,6 +46,10 @@ class _Sessions:
     """Answers cut at the history bound, per turn index."""
     last: dict[int, tuple[int, bool]] = dataclasses.field(default_factory=dict)
     """Session → (its last turn journaled, that turn ok), for sessions begun in the load."""
+    begun_before: dict[int, tuple[int, bool]] | None = None
+    """A later byte range's reader only (:mod:`soak.record.split_read`): the last turn of
+    each session whose turn 1 this range has not seen — begun in an earlier range (then
+    its join counts it) or in the warm-up (then nothing does, as in one read)."""
 
     def add(self, line: dict[str, Any]) -> None:
         """One judged load line."""
@@ -57,9 +61,23 @@ class _Sessions:
             self.truncated[turn] += 1
         session = line.get("session")
         last = self.last
-        if isinstance(session, int) and (turn == 1 or session in last):
-            # A session's turns are sequential: its lines come in turn order.
-            last[session] = (turn, bool(line.get("ok")))
+        if isinstance(session, int):
+            ok = bool(line.get("ok"))
+            if turn == 1 or session in last:
+                # A session's turns are sequential: its lines come in turn order.
+                last[session] = (turn, ok)
+            elif self.begun_before is not None:
+                self.begun_before[session] = (turn, ok)
+
+    def join(self, later: _Sessions) -> None:
+        """A later range's sessions added, as one read would have met its lines here: a
+        session it saw begin is its own; one it did not is this read's, if begun here."""
+        self.issued.update(later.issued)
+        self.truncated.update(later.truncated)
+        for session, seen in (later.begun_before or {}).items():
+            if session in self.last:
+                self.last[session] = seen
+        self.last.update(later.last)  # lines after the turn 1 they saw: later still
 
 
 class TurnTallies:
@@ -86,6 +104,21 @@ class TurnTallies:
             by_turn(line)
 
         self.offer = offer
+
+    def begin_later_range(self) -> None:
+        """A session begun before the range is known only at the join: keep its turns."""
+        self.sessions.begun_before = {}
+
+    def part(self) -> tuple[_Sessions, dict[int, LoadTally]]:
+        """The sessions and each turn's tally, to be sent back by a later range's reader."""
+        return self.sessions, self.tallies
+
+    def join(self, part: tuple[_Sessions, dict[int, LoadTally]], shares: ShareJoin) -> None:
+        """A later range's sessions and turns (:meth:`part`) joined into these."""
+        sessions, tallies = part
+        self.sessions.join(sessions)
+        for index, tally in self.tallies.items():
+            tally.join(tallies[index], shares)
 
     def figures(
         self, load: LoadSummary, method: PercentileMethod

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from loadgen.stats import PercentileMethod, summarize
 from soak.record.endurance import WindowFigures
 from soak.record.journal import read_jsonl
-from soak.record.tally_samples import ItlShare, gap_stats
+from soak.record.tally_samples import ItlShare, ShareJoin, gap_stats, shifted
 from soak.record.windows import (
     GaugeWindow,
     SeriesSpec,
@@ -54,6 +54,9 @@ class _LoadBucket:
     them, whole µs: 4 bytes a gap, selected among once the window is final)."""
     stats: dict[str, tuple[float | None, float | None]] | None = None
     """p50/p99 per latency once final (its raw values then dropped)."""
+    closed: bool = False
+    """A later byte range's reader only: the window is final there (its percentiles are
+    made where the ranges are joined, from every range's samples)."""
 
     def add(self, line: dict[str, Any]) -> None:
         if not line.get("ok"):
@@ -67,7 +70,7 @@ class _LoadBucket:
         if flags:
             self.flagged += 1
             self.sanity.update(str(f) for f in flags)
-        if self.stats is not None:
+        if self.stats is not None or self.closed:
             return  # a line later than LATE_LINE_S: counted, not in the percentiles
         ttft, e2e = line.get("ttft_s"), line.get("e2e_s")
         if ttft is not None:
@@ -79,6 +82,22 @@ class _LoadBucket:
         gaps = line.get("itl_us")
         if gaps:
             self.itl_lines.append(self.share.of(line, gaps))
+
+    def join(self, later: _LoadBucket, shares: ShareJoin) -> None:
+        """The same window's bucket of a later byte range added: its counts, and its
+        samples unless the window is final here (then they are late lines)."""
+        self.completed += later.completed
+        self.failed += later.failed
+        self.output_tokens += later.output_tokens
+        self.failures.update(later.failures)
+        self.sanity.update(later.sanity)
+        self.flagged += later.flagged
+        if self.stats is not None:
+            return
+        for key, values in self.lat.items():
+            values.extend(later.lat[key])
+        if later.itl_lines:
+            self.itl_lines.extend(shifted(later.itl_lines, shares.base(self.share, later.share)))
 
     def finish(self, method: PercentileMethod) -> None:
         if self.stats is not None:
@@ -128,6 +147,7 @@ class JournalWindows:
         self.warmup = 0
         """Lines the warm-up journaled."""
         self._final_upto = 0  # windows below this index have final percentiles
+        self._later_range = False  # a later byte range's reader: close, do not finish
 
     def offer(self, line: dict[str, Any]) -> None:
         """One line of ``requests.jsonl``: a load line into the window it ended in."""
@@ -150,6 +170,37 @@ class JournalWindows:
             self._final_upto < i
             and t > spec.origin_s + (self._final_upto + 1) * spec.window_s + LATE_LINE_S
         ):
+            bucket = self.buckets[self._final_upto]
+            if self._later_range:
+                bucket.closed = True
+            else:
+                bucket.finish(self.method)
+            self._final_upto += 1
+
+    def begin_later_range(self) -> None:
+        """Whether a line is late for its window depends on the lines before the range
+        (the latest end they reached): a later range's reader closes its windows without
+        making their percentiles, and the join decides which of its samples count."""
+        self._later_range = True
+
+    def part(self) -> tuple[list[_LoadBucket], int, int]:
+        """The windows, the warm-up's lines and how far the windows are final, to be sent
+        back by a later range's reader."""
+        return self.buckets, self.warmup, self._final_upto
+
+    def join(self, part: tuple[list[_LoadBucket], int, int], shares: ShareJoin) -> None:
+        """A later range's windows (:meth:`part`) joined into these. A window is final at
+        a line once any line before it ended :data:`LATE_LINE_S` past the window's end —
+        a running maximum, so the whole read's finality at a later range's line is the
+        greater of this read's so far and the range's own: the range's samples of a
+        window already final here are late (counted, not in its percentiles), and the
+        rest were taken exactly as one read would have taken them. (A window is final
+        here exactly when it lies below ``_final_upto``: its bucket has its stats.)"""
+        buckets, warmup, final_upto = part
+        self.warmup += warmup
+        for mine, theirs in zip(self.buckets, buckets, strict=True):
+            mine.join(theirs, shares)
+        while self._final_upto < final_upto:
             self.buckets[self._final_upto].finish(self.method)
             self._final_upto += 1
 

@@ -20,7 +20,6 @@ only warms connections — and never more shards than the cap has slots.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from ipaddress import ip_address
 from typing import TYPE_CHECKING, Annotated, Any, Final
@@ -28,6 +27,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field
 
+from soak.record.split_read import usable_cores
 from soak.run.config_arrival import default_max_in_flight
 
 if TYPE_CHECKING:
@@ -65,15 +65,6 @@ def parse_shards(value: Any) -> Any:
             "(one per spare core, as many as the concurrency needs)"
         )
     return value
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity; the machine's count where there is
-    no affinity call)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def is_local(endpoints: Sequence[str]) -> bool:

@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 
-from soak.after.request_facts import RequestFacts, _joined, _read_range, byte_ranges
+from soak.after.request_facts import RequestFacts, _joined, _read_range
 from soak.record.journal_scan import JournalScan
+from soak.record.split_read import byte_ranges
 
 
 def _journal(path: Path) -> list[bytes]:

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from soak.run.config_shards import auto_shards, usable_cores
+from soak.record.split_read import usable_cores
+from soak.run.config_shards import auto_shards
 from tests.e2e.conftest import journal, only_run_dir, run_args, run_soaktop
 
 pytestmark = pytest.mark.e2e
