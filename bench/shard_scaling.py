@@ -290,10 +290,11 @@ def stretch_events(src: Path, dst: Path, by_s: float) -> None:
             f.write(orjson.dumps(e) + b"\n")
 
 
-def merge_and_verify(run_dir: Path, seconds: float) -> None:
-    """Time ``soaktop recover`` and ``soaktop verify`` on ``run_dir`` stretched."""
+def merge_and_verify(run_dir: Path, seconds: float, keep: Path | None = None) -> None:
+    """Time ``soaktop recover`` and ``soaktop verify`` on ``run_dir`` stretched (``keep``:
+    the stretched run directory is left there, to time other trees on the same files)."""
     with tempfile.TemporaryDirectory(prefix="soaktop-bench-hour-") as tmp:
-        work = Path(tmp) / run_dir.name
+        work = (keep if keep is not None else Path(tmp)) / run_dir.name
         shutil.copytree(run_dir, work)
         t0 = time.perf_counter()
         n, added_s = stretch_journal(run_dir / "requests.jsonl", work / "requests.jsonl", seconds)
@@ -330,7 +331,14 @@ def main() -> int:
     ap.add_argument("--interval-ms", type=float, default=20.0)
     ap.add_argument("--hour-seconds", type=float, default=3600.0)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--hour-only", action="store_true",
+        help="only the merge + verify of the stretched 4-shard run (one 1,024-stream row first)",
+    )  # fmt: skip
+    ap.add_argument("--keep-hour", type=Path, help="leave the stretched run directory here")
     a = ap.parse_args()
+    if a.hour_only:
+        a.streams, a.shards = "1024", "4"
     if a.quick:
         a.seconds, a.streams, a.shards, a.many, a.hour_seconds = 8.0, "1024", "1,2", 1000, 600.0
         a.many_tokens, a.many_seconds = 8, 20.0
@@ -343,9 +351,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="soaktop-bench-shards-") as tmp:
         srv, url = start_server(a.interval_ms)
         try:
-            base = run_soaktop(url, Path(tmp) / "base", 64, 1, a.seconds, a.max_tokens,
-                               a.interval_ms)  # fmt: skip
-            rows.append(base)
+            base = (
+                None
+                if a.hour_only
+                else run_soaktop(url, Path(tmp) / "base", 64, 1, a.seconds, a.max_tokens,
+                                 a.interval_ms)
+            )  # fmt: skip
+            if base is not None:
+                rows.append(base)
             for streams in (int(s) for s in a.streams.split(",")):
                 for shards in (int(s) for s in a.shards.split(",")):
                     out = Path(tmp) / f"s{streams}x{shards}"
@@ -356,31 +369,37 @@ def main() -> int:
         finally:
             srv.terminate()
             srv.wait()
-        print_rows(rows, base.ttft_p50_s)
-        for line in scaling(rows[1:]):
-            print(line)
-        many_rows: list[Row] = []
-        srv, url = start_server(1000.0, a.many_spread)
-        try:
-            for shards in (1, 2):
-                out = Path(tmp) / f"many{shards}"
-                many_rows.append(
-                    run_soaktop(url, out, a.many, shards, a.many_seconds, a.many_tokens, 1000.0)
-                )
-        finally:
-            srv.terminate()
-            srv.wait()
-        print(
-            f"\n{a.many:,} streams at 1 token/s each (answers of "
-            f"{math.ceil(a.many_tokens * (1 - a.many_spread))}–{a.many_tokens} tokens, "
-            f"{a.many_seconds:g} s), one host:"
-        )
-        print_rows(many_rows, None)
+        print_rows(rows, None if base is None else base.ttft_p50_s)
+        if base is not None:
+            for line in scaling(rows[1:]):
+                print(line)
+            many_streams(a, Path(tmp))
         four = next((r for r in rows if r.shards == max(x.shards for x in rows)), None)
         if four is not None and four.run_dir is not None:
             print(f"\nmerge + verify of a {a.hour_seconds / 3600:g}-hour, {four.shards}-shard run:")
-            merge_and_verify(four.run_dir, a.hour_seconds)
+            merge_and_verify(four.run_dir, a.hour_seconds, a.keep_hour)
     return 0
+
+
+def many_streams(a: argparse.Namespace, tmp: Path) -> None:
+    """The ``--many`` rows: long-lived streams at 1 token/s each, 1 shard and 2."""
+    many_rows: list[Row] = []
+    srv, url = start_server(1000.0, a.many_spread)
+    try:
+        for shards in (1, 2):
+            out = tmp / f"many{shards}"
+            many_rows.append(
+                run_soaktop(url, out, a.many, shards, a.many_seconds, a.many_tokens, 1000.0)
+            )
+    finally:
+        srv.terminate()
+        srv.wait()
+    print(
+        f"\n{a.many:,} streams at 1 token/s each (answers of "
+        f"{math.ceil(a.many_tokens * (1 - a.many_spread))}–{a.many_tokens} tokens, "
+        f"{a.many_seconds:g} s), one host:"
+    )
+    print_rows(many_rows, None)
 
 
 if __name__ == "__main__":
