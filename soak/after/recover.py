@@ -260,7 +260,7 @@ def _recover(run_dir: Path, config: dict[str, Any], torn: list[Reason]) -> RunRe
         endurance=endurance,
         phases=phases,
         started_at=_first_wall(journals.events) or "",
-        ended_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        ended_at=_last_wall(journals) or datetime.now(UTC).isoformat(timespec="milliseconds"),
         recovered=True,
         files=run_files(run_dir),
         **(figures.sections() if figures is not None else {}),
@@ -415,3 +415,19 @@ def _write(run_dir: Path, record: RunRecord) -> None:
 
 def _first_wall(events: list[Event]) -> str | None:
     return (events[0].wall or None) if events else None
+
+
+def _last_wall(journals: RunJournals) -> str | None:
+    """The last moment the journals show the run alive: the later of the last event's and
+    the last snapshot's wall time (a snapshot is written every tick). Not the time of
+    the recovery: a run that died on Monday and was recovered on Wednesday ended Monday.
+    None where neither holds a wall time that reads as one."""
+    walls = [journals.events[-1].wall] if journals.events else []
+    if journals.last_snapshot is not None:
+        walls.append(journals.last_snapshot.wall)
+    read: list[tuple[datetime, str]] = []
+    for wall in walls:
+        with contextlib.suppress(ValueError):
+            if (at := datetime.fromisoformat(wall)).tzinfo is not None:  # as soaktop writes
+                read.append((at, wall))
+    return max(read)[1] if read else None

@@ -380,7 +380,10 @@ class RunRecord(AbsentUnlessSet):
     for a run in one process)."""
     phases: list[PhaseSpan] = Field(default_factory=list)
     started_at: str
+    """UTC wall time the run started (a recovered record: its first event's)."""
     ended_at: str
+    """UTC wall time the run ended: when its record was written, or for a recovered
+    record the last moment its journals show (the last event's or snapshot's)."""
     recovered: bool = False
     """True when ``soaktop recover`` wrote this record from the journals."""
     files: dict[str, str] = Field(default_factory=dict)

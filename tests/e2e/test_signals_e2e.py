@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
@@ -83,8 +84,10 @@ def test_kill_9_then_recover_then_verify(sim, tmp_path):
     import time
 
     time.sleep(2)  # let some requests finish
+    killed_at = datetime.now(UTC)
     os.kill(_pid_from_log(run_dir), signal.SIGKILL)
     text, _ = p.communicate(timeout=30)
+    time.sleep(1.5)  # recovered later than it died: the record must say when it died
     assert p.returncode == 4 and "soaktop recover" in text, text
     assert not (run_dir / "record.json").exists()
     before = journal(run_dir)
@@ -94,6 +97,9 @@ def test_kill_9_then_recover_then_verify(sim, tmp_path):
     assert rec["status"] == "ABORTED" and rec["recovered"] is True
     assert "runner killed" in rec["reasons"][0]["message"]
     assert rec["load"]["completed"] == sum(1 for r in before if r["ok"]) > 0
+    # it ended when the journals stop (the last snapshot, one a tick), not when recovered
+    ended = datetime.fromisoformat(rec["ended_at"])
+    assert killed_at - timedelta(seconds=2) < ended <= killed_at, (rec["ended_at"], killed_at)
     rc, text = run_soaktop("verify", str(run_dir))
     assert rc == 0, text
 
