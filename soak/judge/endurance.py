@@ -35,7 +35,9 @@ shows :func:`endurance_view`; the verdict adds :func:`endurance_reasons`.
   rise* is cleared (``levelled``): one already under way in the baseline windows (a
   quarter of it done there) and three-quarters done within the first third of the run,
   on the series' monotone path — a cache or a pool filling as the load began. A rise
-  that starts after a settled baseline, however early it then stops, is a leak.
+  that starts after a settled baseline, however early it then stops, is a leak. Under
+  :data:`SETTLE_S` of judged load a rise with no settled start — its baseline windows
+  climbed a fifth of it, or its onset lies inside them — is ``unsettled`` (``no_data``).
 
 Calibration (``tests/core/test_endurance.py``, synthetic series): over 200 seeds of
 healthy noise — lognormal jitter of 5–20 % on every figure, a GC-like sawtooth in
@@ -343,14 +345,20 @@ def leak_finding(s: _Series, resource: str, running: DriftFinding | None = None)
         return f.model_copy(update={"words": why})
     shape = leak_shape(resource, trend.direction, first, last, y, s.b)
     span_s = float(t[-1] - t[0]) + s.window_s if len(t) else 0.0
-    if shape in LEAK_SHAPES and span_s < SETTLE_S and rising_from_start(y, s.b):
-        why = words.unsettled_words(f, span_s, SETTLE_S)
-        return f.model_copy(update={"state": "no_data", "unsettled": True, "words": why})
+    began = leak_onset(t, y, fit, shape, first, last) if shape in LEAK_SHAPES else None
+    if shape in LEAK_SHAPES and span_s < SETTLE_S:
+        # No settled start to measure a leak from: the baseline climbed a share of the
+        # rise, or the rise's own onset lies inside the baseline's windows (a real vLLM's
+        # RSS rose every window from the first, with a step mid-run: 16 % of the rise in
+        # the baseline, onset at its first window).
+        baseline_end = float(t[min(s.b, len(t)) - 1]) + s.window_s / 2
+        if rising_from_start(y, s.b) or (began is not None and began < baseline_end):
+            why = words.unsettled_words(f, span_s, SETTLE_S)
+            return f.model_copy(update={"state": "no_data", "unsettled": True, "words": why})
     returned = None if trend.direction != "rising" else shape == "returned"
     since = None
-    if shape in LEAK_SHAPES:
-        began = leak_onset(t, y, fit, shape, first, last)
-        since = s.when(s.window_start(began)).removeprefix("at ") if began is not None else None
+    if began is not None:
+        since = s.when(s.window_start(began)).removeprefix("at ")
     return f.model_copy(
         update={
             "returned": returned,

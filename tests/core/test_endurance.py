@@ -557,3 +557,32 @@ def test_the_judge_stays_cheap_over_a_day_of_minute_windows():
     e = judged(s)
     assert time.perf_counter() - start < 1.0
     assert e.judged and e.judged_windows == 1439
+
+
+REAL_VLLM_RSS_MB = [3007.5, 3014.3, 3020.1, 3027.4, 3075.5, 3095.6, 3098.9, 3107.7, 3118.4,
+                    3127.0, 3130.0, 3134.0]  # fmt: skip
+"""A healthy real vLLM's RSS over 12 windows of 10 s after a 20 s warm-up (CI, 2026-12-04):
+up every window from the first, with a step mid-run."""
+
+
+def _with_rss(rss: Sequence[float]) -> Series:
+    s = make_series(len(rss) + 1, seed=3, window_s=10, jitter=0.05)  # the first: the ramp
+    values = [rss[0], *rss]
+    s.windows = [
+        w.model_copy(update={"server_rss_mb": values[w.i]}) if w.kind == "load" else w
+        for w in s.windows
+    ]
+    return s
+
+
+def test_a_short_rise_with_its_onset_in_the_baseline_is_unsettled_not_a_leak():
+    """Only 16 % of that rise lies in the baseline's three windows (a fifth is the share
+    rule), but it began in the first of them: with no settled start, a 2-minute run cannot
+    tell a warm-up from a leak. The same rise after a settled minute is a leak."""
+    f = leak(judged(_with_rss(REAL_VLLM_RSS_MB)), "server_rss")
+    assert f.state == "no_data" and f.unsettled, f.words
+    assert "too short to tell a leak from a warm-up" in f.words
+    settled = [3007.5 + d for d in (0.4, -0.3, 0.2, -0.1, 0.3, -0.2)]
+    late = [3007.5 + (mb - REAL_VLLM_RSS_MB[0]) for mb in REAL_VLLM_RSS_MB]
+    f = leak(judged(_with_rss(settled + late)), "server_rss")
+    assert f.state == "leak" and not f.unsettled, f.words
