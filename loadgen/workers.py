@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Protocol
 
 from loadgen.envelope import RequestResult
 from loadgen.prompts import BodyBuilder, PromptPool
+from loadgen.release import SlicedStart
 from loadgen.request_source import PlannedRequest, PoolSource, RequestSource
 
 
@@ -69,6 +70,11 @@ class LoadState:
     target: int | None = None
     """Closed loop: the workers allowed to issue now (:meth:`LoadGenerator.set_concurrency`);
     the rest are parked. None: all of them (no concurrency change was asked)."""
+    release_ended_ns: int | None = None
+    """Closed loop: when the last worker waiting at the barrier was let go to send its
+    first request (they go in slices, :mod:`loadgen.release`); None until then."""
+    release_turns: int = 0
+    """Closed loop: the loop turns the barrier's workers were let go in."""
 
 
 class LoadGenerator:
@@ -107,8 +113,17 @@ class LoadGenerator:
         self._wake: list[asyncio.Event] = []
         """One per worker created: set while its index is below the target."""
         self._created_at_release = 0
+        self._start_gate = SlicedStart()
+        """Workers that start together (the release, a resume, a jump in the target, a
+        live raise's new workers) go through it a slice per loop turn
+        (:mod:`loadgen.release`)."""
+        self._awaiting_release = 0
+        """Workers still to be let go after the barrier's release."""
         self.on_issue_end: Callable[[], None] | None = None
         """Called once when the issue window closes (the drain begins)."""
+        self.on_release_end: Callable[[], None] | None = None
+        """Called once when the last of the barrier's workers was let go
+        (``state.release_ended_ns``, ``state.release_turns``)."""
 
     # -- barrier ---------------------------------------------------------------------------
 
@@ -154,6 +169,7 @@ class LoadGenerator:
         """Open the barrier, issue until the window closes or stop is asked, then drain."""
         self.state.barrier_released_ns = self._clock_ns()
         self._created_at_release = len(self.tasks)
+        self._awaiting_release = self.state.workers_started
         self._release.set()
         stop_wait = asyncio.create_task(self._stop.wait())
         waiters: set[asyncio.Future[object]] = {stop_wait}  # type: ignore[arg-type]
@@ -321,6 +337,8 @@ class LoadGenerator:
 
     async def _worker(self, index: int) -> None:
         base = self.plan.endpoints[index % len(self.plan.endpoints)]
+        if self._release.is_set():  # a live raise's worker: its warm-up is in the load
+            await self._start_gate.enter()
         try:
             await self._client.warm_connection(base + "/v1/models")
         except asyncio.CancelledError:
@@ -332,17 +350,24 @@ class LoadGenerator:
         self.state.workers_started += 1
         self._mark_ready_or_failed()
         await self._release.wait()
+        await self._start_gate.enter()  # workers that start together go a slice per loop turn
+        if index < self._created_at_release:
+            self._released_one()
         prefix = self.plan.request_id_prefix
         plan_request = self._plan_request
         fast_failures = 0
         while True:
             # Both waits are checked again after either: a worker woken from its park
             # while the operator paused must not send, nor one resumed while parked.
-            while (not self._issuing.is_set() or index >= self._target) and not self._stop.is_set():
+            # Workers woken together then start a slice per loop turn, and check again.
+            if (not self._issuing.is_set() or index >= self._target) and not self._stop.is_set():
                 if not self._issuing.is_set():
                     await self._wait_while_paused()
                 else:
                     await self._park(index)
+                if not self._stop.is_set():
+                    await self._start_gate.enter()
+                continue
             if (seq := self._next_seq()) is None:
                 break
             req = plan_request(index, seq)
@@ -377,6 +402,15 @@ class LoadGenerator:
                 fast_failures = 0
             if self.between_requests:
                 await self._between_requests(index, result)
+
+    def _released_one(self) -> None:
+        """One of the barrier's workers was let go; the last one ends the release."""
+        self._awaiting_release -= 1
+        if self._awaiting_release == 0:
+            self.state.release_ended_ns = self._clock_ns()
+            self.state.release_turns = self._start_gate.turns
+            if self.on_release_end is not None:
+                self.on_release_end()
 
     def _plan_request(self, worker: int, seq: int) -> PlannedRequest:
         """What worker ``worker`` sends as request ``seq``: the source's (a conversation

@@ -267,6 +267,9 @@ class Shard:
             gen.on_issue_end = lambda: self.send(
                 message("issue_end", ns=gen.state.issue_ended_ns, reason=gen.state.stop_reason)
             )
+            gen.on_release_end = lambda: self.send(
+                message("release_end", ns=gen.state.release_ended_ns, turns=gen.state.release_turns)
+            )
             beat = asyncio.create_task(self.heartbeat())
             await gen.start_workers()
             heap = LoadHeap()  # no full GC walk of the start-up's objects in the load

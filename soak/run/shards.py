@@ -38,6 +38,7 @@ from loadgen.envelope import RequestResult
 from loadgen.headers import secret_vars
 from loadgen.prompts import BodyBuilder, PromptPool
 from loadgen.read_health import ReadTally
+from loadgen.release import release_words
 from loadgen.tls import TlsFiles
 from loadgen.workers import LoadGenerator, LoadPlan, StreamingClient
 from soak.judge.shard_reasons import shard_name
@@ -204,6 +205,8 @@ class ShardedGenerator(LoadGenerator):
                 self._all_ready.set()
         elif kind == "released":
             link.released_ns = link.reported_ns(msg.get("ns"))
+        elif kind == "release_end":
+            self._release_ended(link, msg)
         elif kind == "hb":
             link.beat = msg
             self._merge_counts()
@@ -221,6 +224,23 @@ class ShardedGenerator(LoadGenerator):
             self._merge_counts()
             add_reads(self._read_tally, link, msg)
             add_lag(link, msg)
+
+    def _release_ended(self, link: ShardLink, msg: dict[str, Any]) -> None:
+        """A shard let its last worker go: a release of more than one loop turn is an
+        event naming the shard (:mod:`loadgen.release`)."""
+        turns, ended = msg.get("turns"), link.reported_ns(msg.get("ns"))
+        if not isinstance(turns, int) or turns < 2 or ended is None or link.released_ns is None:
+            return
+        spread_s = (ended - link.released_ns) / 1e9
+        workers = int((link.ready or {}).get("workers_started", link.workers))
+        self._sink.state.events.emit(
+            "shard",
+            f"{shard_name(link.index, len(self.links))}: "
+            + release_words(workers, turns, spread_s),
+            shard=link.index,
+            release_s=round(spread_s, 4),
+            release_turns=turns,
+        )
 
     def _check_issue_end(self) -> None:
         if all(lk.issue_ended or lk.status == "lost" for lk in self.links):

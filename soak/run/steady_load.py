@@ -19,6 +19,7 @@ from loadgen.conversation import ConversationGenerator
 from loadgen.open_loop import WARM_CONNECTIONS_MAX, OpenLoopGenerator, in_spans, paused_spans
 from loadgen.open_loop_sessions import OpenLoopSessionGenerator
 from loadgen.prompts import BodyBuilder, PromptPool
+from loadgen.release import release_words
 from loadgen.workers import LoadGenerator, LoadPlan
 from probes.host import raise_fd_limit
 from soak.record.summary import LoadTiming
@@ -105,6 +106,7 @@ class SteadyLoad:
                 cfg, plan, client, st.pool, bodies, self.sink, st.class_pools, self.headers
             )
             gen.on_issue_end = self._on_issue_end
+            gen.on_release_end = self._on_release_end
             st.gen = gen
             t_barrier = time.perf_counter_ns()
             all_started = await gen.start_workers()
@@ -178,6 +180,25 @@ class SteadyLoad:
             engines.tracking = False
             st.counters_after = await engines.settled_counters()
             engines.close_window()
+
+    def _on_release_end(self) -> None:
+        """A release that took more than one loop turn says how long its workers took to
+        be let go (:mod:`loadgen.release`): the load was not whole at the window's first
+        instant. Data as the barrier event's, so ``recover`` reads either."""
+        st, gen = self.parts.state, self.parts.state.gen
+        if gen is None or (gs := gen.state).release_turns < 2:
+            return
+        assert gs.barrier_released_ns is not None and gs.release_ended_ns is not None
+        spread_s = (gs.release_ended_ns - gs.barrier_released_ns) / 1e9
+        st.events.emit(
+            "barrier",
+            release_words(gs.workers_started, gs.release_turns, spread_s),
+            workers_started=gs.workers_started,
+            requested=gen.plan.concurrency,
+            failures={st.redactor.text(k): n for k, n in gs.start_failures.items()},
+            release_s=round(spread_s, 4),
+            release_turns=gs.release_turns,
+        )
 
     def _on_issue_end(self) -> None:
         gen = self.parts.state.gen

@@ -26,6 +26,14 @@ def test_1024_streams_reach_the_barrier_without_a_thread_per_worker(sim, tmp_pat
     assert load["completed"] > 1024
     threads = [s["client"]["threads"] for s in journal(run_dir, "snapshots.jsonl")]
     assert max(threads) <= 16, threads  # asyncio tasks, not threads: flat at any concurrency
+    # The release lets the workers go 64 a loop turn, and says how long that took.
+    events = journal(run_dir, "events.jsonl")
+    released = [e for e in events if e["kind"] == "barrier" and "let go" in e["message"]]
+    assert len(released) == 1, released
+    data = released[0]["data"]
+    assert data["release_turns"] == 16 and data["workers_started"] == 1024
+    assert 0 < data["release_s"] < load["issue_s"]
+    assert released[0]["message"].startswith("1,024 workers let go in 16 loop turns")
     # verdict may be INVALID if this 2-core machine's client lagged; never FAILED by the load
     assert (rec["status"], rc) in (("PASSED", 0), ("INVALID", 3)), rec["reasons"]
 

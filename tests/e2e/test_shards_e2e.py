@@ -281,3 +281,22 @@ def test_sigterm_stops_a_sharded_run_gracefully_with_every_shards_results(sim, t
     assert all(s["requests"] > 0 for s in rec["shards"]), rec["shards"]
     assert sum(s["requests"] for s in rec["shards"]) == len(journal(run_dir)), text
     assert run_soaktop("verify", str(run_dir))[0] == 0
+
+
+def test_each_shard_lets_its_workers_go_in_slices_and_says_so(sim, tmp_path):
+    out = tmp_path / "runs"
+    args = run_args(sim, out, "--shards", "2", "--concurrency", "260", "--duration", "2")
+    run_soaktop(*args, "--max-tokens", "8", timeout=120)
+    run_dir = only_run_dir(out)
+    assert record(run_dir)["load"]["workers_started"] == 260
+    said = {
+        e["data"]["shard"]: e
+        for e in journal(run_dir, "events.jsonl")
+        if e["kind"] == "shard" and "let go" in e["message"]
+    }
+    assert sorted(said) == [0, 1], said
+    for k, ev in said.items():  # 130 workers a shard: 64 + 64 + 2, one slice a loop turn
+        assert ev["data"]["release_turns"] == 3 and ev["data"]["release_s"] > 0
+        assert ev["message"].startswith(
+            f"shard {k} (the {('1st', '2nd')[k]} of 2): 130 workers let go in 3 loop turns"
+        )

@@ -1,0 +1,225 @@
+"""Workers that start together go a slice per loop turn (loadgen.release): the barrier's
+release, a resume after a pause and a jump in the target never put thousands of sends in
+one turn of the loop, and between slices the loop reads its sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from loadgen.envelope import RequestResult
+from loadgen.prompts import BodyBuilder, Prompt, PromptPool
+from loadgen.release import SLICE, SlicedStart
+from loadgen.workers import LoadGenerator, LoadPlan
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class _Turns:
+    """Counts the event loop's turns: a callback that schedules itself for the next."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._stopped = False
+        asyncio.get_running_loop().call_soon(self._tick)
+
+    def _tick(self) -> None:
+        if not self._stopped:
+            self.n += 1
+            asyncio.get_running_loop().call_soon(self._tick)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+
+async def test_waiters_go_a_slice_per_loop_turn_first_come_first_served() -> None:
+    turns, gate = _Turns(), SlicedStart(per_turn=64)
+    went: list[tuple[int, int]] = []  # (waiter, the loop turn it resumed in)
+
+    async def waiter(i: int) -> None:
+        await gate.enter()
+        went.append((i, turns.n))
+
+    await asyncio.gather(*(waiter(i) for i in range(200)))
+    turns.stop()
+    assert [i for i, _ in went] == list(range(200))  # in the order they came
+    per_turn: dict[int, int] = {}
+    for _, t in went:
+        per_turn[t] = per_turn.get(t, 0) + 1
+    assert sorted(per_turn.values()) == [8, 64, 64, 64]  # never more than a slice a turn
+    assert gate.turns == 4 and gate.let_go == 200 and gate.waiting == 0
+    assert gate.emptied_ns is not None
+
+
+async def test_the_loop_reads_its_sockets_between_slices() -> None:
+    """An answer already waiting on a socket is read while later workers still wait."""
+    loop = asyncio.get_running_loop()
+    gate = SlicedStart(per_turn=16)
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    read_when: list[int] = []  # how many workers had gone when the socket was read
+    went = 0
+
+    def on_readable() -> None:
+        a.recv(64)
+        read_when.append(went)
+        loop.remove_reader(a.fileno())
+
+    async def worker(i: int) -> None:
+        nonlocal went
+        await gate.enter()
+        went += 1
+        if i == 0:  # the first worker's "request" gets its answer at once
+            b.send(b"answer")
+
+    try:
+        loop.add_reader(a.fileno(), on_readable)
+        await asyncio.gather(*(worker(i) for i in range(160)))
+    finally:
+        a.close()
+        b.close()
+    assert read_when and read_when[0] < 160  # read before the last slice, not after all
+
+
+async def test_a_cancelled_waiter_takes_no_place_in_its_slice() -> None:
+    gate = SlicedStart(per_turn=2)
+    tasks = [asyncio.create_task(gate.enter()) for _ in range(5)]
+    await asyncio.sleep(0)  # every waiter queued
+    tasks[0].cancel()
+    tasks[1].cancel()
+    await asyncio.sleep(0)  # one turn: the first slice
+    await asyncio.sleep(0)
+    assert [t.done() and not t.cancelled() for t in tasks[2:]] == [True, True, False]
+    await asyncio.gather(*tasks[2:])
+    assert gate.let_go == 3
+
+
+def test_a_slice_of_nothing_is_refused() -> None:
+    with pytest.raises(ValueError, match="per_turn must be >= 1, not 0"):
+        SlicedStart(per_turn=0)
+
+
+class _Instant:
+    """A server that answers every request after one loop turn; it notes the turn each
+    request was sent in."""
+
+    max_connections = 4096
+
+    def __init__(self, turns: _Turns) -> None:
+        self.turns = turns
+        self.sent: list[tuple[int, int]] = []  # (worker, turn)
+        self.warmed: list[int] = []  # the turn of each warm-up
+
+    async def warm_connection(self, url: str) -> None:
+        self.warmed.append(self.turns.n)
+
+    async def stream_into(self, result: RequestResult, url: str, body: bytes) -> RequestResult:
+        self.sent.append((result.worker, self.turns.n))
+        await asyncio.sleep(0.01)
+        result.status = 200
+        return result
+
+
+def _generator(client: _Instant, workers: int, window_s: float) -> LoadGenerator:
+    plan = LoadPlan(
+        endpoints=("http://x",),
+        concurrency=workers,
+        duration_s=window_s,
+        max_requests=None,
+        drain_timeout_s=5,
+        barrier_timeout_s=5,
+        request_id_prefix="t/load/chat",
+    )
+    pool = PromptPool((Prompt(0, "hi"),), source="test")
+    return LoadGenerator(plan, client, pool, BodyBuilder(model="m"), lambda r: None)
+
+
+def _most_in_one_turn(sent: list[tuple[int, int]]) -> int:
+    per_turn: dict[int, int] = {}
+    for _, t in sent:
+        per_turn[t] = per_turn.get(t, 0) + 1
+    return max(per_turn.values())
+
+
+async def test_the_barrier_releases_a_thousand_workers_a_slice_per_turn() -> None:
+    turns = _Turns()
+    client = _Instant(turns)
+    gen = _generator(client, 1000, 0.3)
+    ended: list[int | None] = []
+    gen.on_release_end = lambda: ended.append(gen.state.release_ended_ns)
+    assert await gen.start_workers()
+    await gen.run()
+    turns.stop()
+    firsts: dict[int, int] = {}
+    for worker, turn in client.sent:
+        firsts.setdefault(worker, turn)
+    assert len(firsts) == 1000
+    assert _most_in_one_turn(list(firsts.items())) <= SLICE
+    assert gen.state.release_turns == -(-1000 // SLICE)  # 16 turns of at most 64
+    released, done = gen.state.barrier_released_ns, gen.state.release_ended_ns
+    assert released is not None and done is not None and done >= released
+    assert ended == [done]  # told once, at the last worker
+
+
+async def test_workers_resumed_together_after_a_pause_go_in_slices() -> None:
+    turns = _Turns()
+    client = _Instant(turns)
+    gen = _generator(client, 500, 1.0)
+    assert await gen.start_workers()
+    run = asyncio.create_task(gen.run())
+    await asyncio.sleep(0.2)
+    gen.pause()
+    await asyncio.sleep(0.1)  # every in-flight request ended: all 500 wait
+    resumed_at = len(client.sent)
+    gen.resume()
+    await run
+    turns.stop()
+    firsts: dict[int, int] = {}  # each worker's first send after the resume
+    for worker, turn in client.sent[resumed_at:]:
+        firsts.setdefault(worker, turn)
+    assert len(firsts) == 500  # every worker sent again
+    assert _most_in_one_turn(list(firsts.items())) <= SLICE
+
+
+async def test_a_jump_in_the_target_wakes_parked_workers_in_slices() -> None:
+    turns = _Turns()
+    client = _Instant(turns)
+    gen = _generator(client, 400, 0.6)
+    assert await gen.start_workers()
+    gen.set_concurrency(1)  # the load starts at one worker; 399 park
+    run = asyncio.create_task(gen.run())
+    await asyncio.sleep(0.2)
+    jumped_at = len(client.sent)
+    gen.set_concurrency(400)
+    await run
+    turns.stop()
+    woken = [(w, t) for w, t in client.sent[jumped_at:] if w != 0]
+    firsts: dict[int, int] = {}
+    for worker, turn in woken:
+        firsts.setdefault(worker, turn)
+    assert len(firsts) == 399
+    assert _most_in_one_turn(list(firsts.items())) <= SLICE
+
+
+async def test_a_live_raise_starts_its_new_workers_in_slices() -> None:
+    turns = _Turns()
+    client = _Instant(turns)
+    gen = _generator(client, 10, 0.6)
+    assert await gen.start_workers()
+    run = asyncio.create_task(gen.run())
+    await asyncio.sleep(0.2)
+    warmed_before = len(client.warmed)
+    gen.set_concurrency(400)  # 390 new workers, each proving its connection in the load
+    await run
+    turns.stop()
+    new_warm_ups = client.warmed[warmed_before:]
+    assert len(new_warm_ups) == 390
+    assert max(new_warm_ups.count(t) for t in set(new_warm_ups)) <= SLICE
+    firsts: dict[int, int] = {}
+    for worker, turn in client.sent:
+        if worker >= 10:
+            firsts.setdefault(worker, turn)
+    assert len(firsts) == 390 and _most_in_one_turn(list(firsts.items())) <= SLICE
