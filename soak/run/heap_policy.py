@@ -22,6 +22,15 @@ So for the load (:class:`LoadHeap`):
   collection, which then walks everything once: garbage cycles among long-lived objects
   (rare: see above) are reclaimed at that bound, not kept for the run — one stall in ten
   minutes of ticks, below what a p99 of one-second intervals can see;
+- the youngest generation is collected after :data:`YOUNG_THRESHOLD` net allocations
+  rather than CPython's 700: each collection walks what is young and alive at that
+  moment, and a long-lived load holds a standing crowd of young objects (every stream's
+  wait for its next chunk, made anew at each read), which every collection walks again.
+  Measured at 10,000 streams of 1 token/s on 2 cores (alternated, 2 rounds): at 700, 17
+  young collections and 1.5 middle ones a second, 66–69 ms of stalls a second in all; at
+  7,000, 0.7–0.8 and 0.1 a second, 25–28 ms (the longest, a middle one every ~10 s, 110
+  ms against 52), loop lag p50 0.08 s against 0.11 and client CPU 38–40 µs a token
+  against 41–43; at 1,024 streams of 50 tokens/s no difference showed;
 - after the drain everything is given back (:meth:`LoadHeap.close`).
 """
 
@@ -33,12 +42,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SETTLE_S", "SWEEP_S", "LoadHeap"]
+__all__ = ["SETTLE_S", "SWEEP_S", "YOUNG_THRESHOLD", "LoadHeap"]
 
 SETTLE_S = 0.15
 """After the release's collection, the loop runs this long before the window opens:
 longer than the loop-lag timer's period (0.1 s), so the stall is measured — and dropped
 with the start-up's interval — before the load's first lag interval begins."""
+YOUNG_THRESHOLD = 7000
+"""Net allocations of tracked objects between two young collections during the load
+(CPython's default is 700; the older generations' thresholds are kept)."""
 SWEEP_S = 600.0
 """How often the load's full collections walk everything (frozen objects included)."""
 
@@ -56,6 +68,8 @@ class LoadHeap:
         self.sweeps = 0
         """Full collections of the load that walked everything."""
         self._installed = False
+        self._thresholds: tuple[int, int, int] | None = None
+        """The collector's thresholds before the load (given back by :meth:`close`)."""
 
     async def settle(self) -> float:
         """Collect and freeze the start-up's objects, then let the loop run
@@ -68,6 +82,9 @@ class LoadHeap:
         if not self._installed:
             gc.callbacks.append(self._after_collection)
             self._installed = True
+            self._thresholds = gc.get_threshold()
+            young, middle, old = self._thresholds
+            gc.set_threshold(max(young, YOUNG_THRESHOLD), middle, old)
         await asyncio.sleep(SETTLE_S)
         return stalled
 
@@ -76,6 +93,9 @@ class LoadHeap:
         if self._installed:
             gc.callbacks.remove(self._after_collection)
             self._installed = False
+        if self._thresholds is not None:
+            gc.set_threshold(*self._thresholds)
+            self._thresholds = None
         gc.unfreeze()
 
     def _after_collection(self, phase: str, info: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ import gc
 import weakref
 from typing import Any
 
-from soak.run.heap_policy import SWEEP_S, LoadHeap
+from soak.run.heap_policy import SWEEP_S, YOUNG_THRESHOLD, LoadHeap
 
 
 class _Node:
@@ -35,6 +35,19 @@ def test_the_start_up_is_frozen_and_given_back_after_the_load() -> None:
         heap.close()
     assert gc.get_freeze_count() == 0
     assert heap._after_collection not in gc.callbacks
+
+
+def test_the_young_generation_is_collected_less_often_during_the_load_only() -> None:
+    before = gc.get_threshold()
+    heap = LoadHeap()
+    try:
+        asyncio.run(heap.settle())
+        young, middle, old = gc.get_threshold()
+        assert young == max(before[0], YOUNG_THRESHOLD) > 700
+        assert (middle, old) == before[1:]  # the older generations' thresholds are kept
+    finally:
+        heap.close()
+    assert gc.get_threshold() == before
 
 
 def test_survivors_of_each_full_collection_are_frozen_and_garbage_still_goes() -> None:
