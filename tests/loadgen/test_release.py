@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Any
 
 import pytest
 
+from loadgen import eventloop
 from loadgen.envelope import RequestResult
 from loadgen.prompts import BodyBuilder, Prompt, PromptPool
 from loadgen.release import SLICE, SlicedStart
@@ -223,3 +225,17 @@ async def test_a_live_raise_starts_its_new_workers_in_slices() -> None:
         if worker >= 10:
             firsts.setdefault(worker, turn)
     assert len(firsts) == 390 and _most_in_one_turn(list(firsts.items())) <= SLICE
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        test_waiters_go_a_slice_per_loop_turn_first_come_first_served,
+        test_the_loop_reads_its_sockets_between_slices,
+        test_the_barrier_releases_a_thousand_workers_a_slice_per_turn,
+    ],
+)
+def test_the_same_on_the_loop_the_runner_uses(case: Any) -> None:
+    """The runner's loop is uvloop where it exists (loadgen.eventloop): its turns must
+    hold a slice each and poll the sockets between them as asyncio's do."""
+    eventloop.run(case())
