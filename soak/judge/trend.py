@@ -33,10 +33,18 @@ So a large change Mann–Kendall misses is asked, under 24 points (where the win
 taken as exchangeable, as the test itself takes them there), whether it is **one step**:
 Pettitt's rank test (:func:`pettitt_p`) counts only the pairs across the best split, so
 the order within the levels costs it nothing (a clean step after the 6th of 16 windows:
-p ≈ 0.0015), and p < :data:`ALPHA_LARGE` there admits it through the same door. The
-noise guard catches what the test's own level lets through (a noisy run
-that happens to slope), and the judge adds each figure's materiality floor and the
-policy's bound (``soak.judge.trend_metrics``). Calibration:
+p ≈ 0.0015), and p < :data:`ALPHA_LARGE` there admits it through the same door. A step
+whose onset falls inside a window takes two windows (part of it, then the rest), and the
+whole series' differences count its second jump as scatter: the garbage-after soak of a
+CI run (2026-12-04) was 5.92 standard errors clear of that scatter, 10 clear of the
+scatter within its two levels. So the step door is also asked when the change is
+:data:`NOISE_Z_LARGE` clear of the scatter measured within the levels either side of
+Pettitt's split (:func:`pettitt_split`), none of the differences across it; choosing the
+split that best parts the levels flatters that scatter (and a level of tied values has
+none), so the step must then pass at :data:`ALPHA`. The noise guard catches what the
+test's own level lets through (a noisy run that happens to slope), and the judge adds
+each figure's materiality floor and the policy's bound (``soak.judge.trend_metrics``).
+Calibration:
 ``tests/core/test_endurance.py``.
 
 Autocorrelation. A slowly wandering gauge looks like a trend to the plain test; after
@@ -266,19 +274,30 @@ def noise_sd(y: Floats) -> float:
     return 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2.0)
 
 
-def noise_z(y: Floats, ends: int) -> float:
+def noise_z(y: Floats, ends: int, split: int | None = None) -> float:
     """How far apart the medians of the first and the last ``ends`` values are, in
     standard errors of that difference under no trend: √(π/2)·σ·√(2/ends), σ from
     :func:`noise_sd`. A positive series is compared in logarithms (its noise is in
     proportion to its level); a series without scatter (σ = 0) that moved is infinitely
-    far (a gauge that only steps)."""
+    far (a gauge that only steps). ``split``: σ from the differences within the levels
+    before and after it only (``y[:split]``, ``y[split:]``), none across it."""
     x = np.log(y) if bool(np.all(y > 0)) else y
     b = max(1, min(ends, len(x) // 2))
     change = abs(float(np.median(x[-b:])) - float(np.median(x[:b])))
-    se = _MEDIAN_SE * noise_sd(x) * math.sqrt(2.0 / b)
+    sd = noise_sd(x) if split is None else _within_levels_sd(x, split)
+    se = _MEDIAN_SE * sd * math.sqrt(2.0 / b)
     if change == 0:
         return 0.0
     return change / se if se > 0 else math.inf
+
+
+def _within_levels_sd(x: Floats, split: int) -> float:
+    """:func:`noise_sd` from the differences inside ``x[:split]`` and inside
+    ``x[split:]``: the scatter of each level about itself, the step between them left out."""
+    d = np.concatenate((np.diff(x[:split]), np.diff(x[split:])))
+    if len(d) < 2:
+        return 0.0
+    return 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2.0)
 
 
 @dataclass(frozen=True)
@@ -324,15 +343,20 @@ def fit_trend(
     way = 1.0 if lo >= 0 < hi else (-1.0 if hi <= 0 > lo else 0.0)
     step_p: float | None = None
     if way != 0:
-        z = noise_z(raw, ends or end_size(n))
+        b = ends or end_size(n)
+        z = noise_z(raw, b)
         large = z >= NOISE_Z_LARGE and n >= LARGE_MIN_POINTS
         if (mk.p < alpha and z >= NOISE_Z) or (large and mk.p < ALPHA_LARGE):
             direction = "rising" if way > 0 else "falling"
-        elif large and n < AUTOCORRELATION_MIN_POINTS:
+        elif LARGE_MIN_POINTS <= n < AUTOCORRELATION_MIN_POINTS and (
+            large or noise_z(raw, b, pettitt_split(v)) >= NOISE_Z_LARGE
+        ):
             # A large change Mann–Kendall missed: the within-level scatter of a step
-            # spends its pairs (see the module docstring). Ask whether it is one step.
+            # spends its pairs (see the module docstring). Ask whether it is one step —
+            # beyond doubt (ALPHA) when it is large only against its levels' own scatter:
+            # the split that best parts the levels flatters how far apart they are.
             step_p = pettitt_p(v, way)
-            if step_p < ALPHA_LARGE:
+            if step_p < (ALPHA_LARGE if large else ALPHA):
                 direction = "rising" if way > 0 else "falling"
     trend = Trend(
         n=n,
@@ -360,13 +384,7 @@ def pettitt_p(v: Floats, way: float, permutations: int = STEP_PERMUTATIONS) -> f
     (1: up, −1: down) is p = 1: it is not the step the trend says."""
     n = len(v)
     ranks = average_ranks(np.asarray(v, dtype=np.float64)) + 1.0
-    t = np.arange(1, n, dtype=np.float64)
-
-    def split_sums(r: Floats) -> Floats:
-        u: Floats = 2.0 * np.cumsum(r, axis=-1)[..., :-1] - t * (n + 1)
-        return u
-
-    u = split_sums(ranks)
+    u = _split_sums(ranks)
     at = int(np.argmax(np.abs(u)))
     # Uₜ < 0: the ranks before t are the small ones, a step up.
     if u[at] == 0 or (u[at] < 0) != (way > 0):
@@ -374,10 +392,26 @@ def pettitt_p(v: Floats, way: float, permutations: int = STEP_PERMUTATIONS) -> f
     shuffled = np.random.default_rng(STEP_SEED).permuted(
         np.broadcast_to(ranks, (permutations, n)), axis=1
     )
-    k = np.abs(split_sums(shuffled)).max(axis=1)
+    k = np.abs(_split_sums(shuffled)).max(axis=1)
     # Rank sums are multiples of ½: the tolerance only absorbs float dust.
     reached = int(np.count_nonzero(k >= abs(float(u[at])) - 1e-9))
     return (1 + reached) / (1 + permutations)
+
+
+def pettitt_split(v: Floats) -> int:
+    """Where Pettitt's statistic puts the one change in level of ``v``: the number of
+    values before it (``v[:k]`` one level, ``v[k:]`` the other)."""
+    u = _split_sums(average_ranks(np.asarray(v, dtype=np.float64)) + 1.0)
+    return int(np.argmax(np.abs(u))) + 1
+
+
+def _split_sums(r: Floats) -> Floats:
+    """Pettitt's Uₜ = 2·Σᵢ≤ₜ rᵢ − t(n + 1) for t = 1 … n − 1, over the last axis of the
+    ranks ``r`` (one series, or many shuffles of it)."""
+    n = r.shape[-1]
+    t = np.arange(1, n, dtype=np.float64)
+    u: Floats = 2.0 * np.cumsum(r, axis=-1)[..., :-1] - t * (n + 1)
+    return u
 
 
 def _inflation(v: Floats, *, rising: bool) -> float:

@@ -23,6 +23,7 @@ from soak.judge.trend import (
     noise_z,
     pairwise_slopes,
     pettitt_p,
+    pettitt_split,
     sen_interval,
     tie_corrected_variance,
 )
@@ -221,6 +222,44 @@ def test_a_step_whose_levels_scatter_against_it_is_still_a_step():
     fits = [fit_trend(t, rng.permutation(y), min_points=8).trend for _ in range(1000)]
     called = [f for f in fits if f.direction != "flat"]
     assert len(called) <= 20 and sum(f.step_p is not None for f in called) <= 5
+
+
+def test_a_step_that_took_two_windows_is_judged_against_its_levels_own_scatter():
+    # The garbage-after soak of a CI run (2026-12-04): seven windows of no flagged
+    # answers, one partial (the onset fell inside it), then the level. Against the whole
+    # series' differences the change is under 6 standard errors — the partial window's
+    # second jump counts as scatter — and Mann–Kendall misses it (p ≈ 0.008), so it
+    # read as stable. Within its two levels the scatter is half that: the step door is
+    # asked, and it is one step beyond doubt (p < ALPHA, the level such a door needs).
+    t = minutes(16)
+    y = np.array([0.0] * 7 + [0.30, 0.68, 0.67, 0.79, 0.67, 0.49, 0.68, 0.58, 0.45])
+    assert noise_z(y, 3) < NOISE_Z_LARGE
+    split = pettitt_split(y)
+    assert split == 8 and noise_z(y, 3, split) >= NOISE_Z_LARGE
+    fit = fit_trend(t, y, min_points=8)
+    assert fit.trend.mk_p is not None and 0.001 < fit.trend.mk_p < 0.01
+    assert fit.trend.step_p is not None and fit.trend.step_p < ALPHA
+    assert fit.trend.direction == "rising"
+    assert fit.change is not None and fit.change.index in (7, 8)
+    # Noise has no step to leave out: its scatter within the "levels" of its best split
+    # is its scatter, and a shuffle of the same values is still rarely a trend.
+    rng = np.random.default_rng(5)
+    white = rng.lognormal(0.0, 0.2, 16)
+    assert noise_z(white, 3, pettitt_split(white)) < NOISE_Z_LARGE
+    fits = [fit_trend(t, rng.permutation(y), min_points=8).trend for _ in range(1000)]
+    assert sum(f.direction != "flat" for f in fits) <= 20
+
+
+def test_a_rare_failure_rate_of_tied_values_is_no_step_for_want_of_scatter():
+    # Failures of 1 in 60 now and then: most windows tie at 0 or 1/60, so the levels
+    # either side of the best split have no scatter at all (z is infinite against it).
+    # That alone admits nothing: the step must be beyond doubt, and this one is p ≈ 0.007
+    # (a healthy run's, drawn from the calibration's seeds).
+    y = np.array([1, 1, 1, 0, 1, 1, 0, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0]) / 60
+    assert noise_z(y, 3, pettitt_split(y)) == math.inf and noise_z(y, 3) < NOISE_Z
+    fit = fit_trend(minutes(len(y)), y, min_points=8)
+    assert fit.trend.step_p is not None and ALPHA < fit.trend.step_p < 0.01
+    assert fit.trend.direction == "flat"
 
 
 def test_a_slope_the_scatter_explains_is_not_a_trend_however_many_windows_agree():
