@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -47,9 +49,7 @@ async def test_waiters_go_a_slice_per_loop_turn_first_come_first_served() -> Non
     await asyncio.gather(*(waiter(i) for i in range(200)))
     turns.stop()
     assert [i for i, _ in went] == list(range(200))  # in the order they came
-    per_turn: dict[int, int] = {}
-    for _, t in went:
-        per_turn[t] = per_turn.get(t, 0) + 1
+    per_turn = Counter(t for _, t in went)
     assert sorted(per_turn.values()) == [8, 64, 64, 64]  # never more than a slice a turn
     assert gate.turns == 4 and gate.let_go == 200 and gate.waiting == 0
     assert gate.emptied_ns is not None
@@ -139,11 +139,17 @@ def _generator(client: _Instant, workers: int, window_s: float) -> LoadGenerator
     return LoadGenerator(plan, client, pool, BodyBuilder(model="m"), lambda r: None)
 
 
-def _most_in_one_turn(sent: list[tuple[int, int]]) -> int:
-    per_turn: dict[int, int] = {}
-    for _, t in sent:
-        per_turn[t] = per_turn.get(t, 0) + 1
-    return max(per_turn.values())
+def _first_turns(sent: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Each worker's first send among ``sent`` (worker, loop turn): the turn it went in."""
+    firsts: dict[int, int] = {}
+    for worker, turn in sent:
+        firsts.setdefault(worker, turn)
+    return firsts
+
+
+def _most_in_one_turn(turns: Iterable[int]) -> int:
+    """The most sends that shared one loop turn."""
+    return max(Counter(turns).values())
 
 
 async def test_the_barrier_releases_a_thousand_workers_a_slice_per_turn() -> None:
@@ -155,11 +161,8 @@ async def test_the_barrier_releases_a_thousand_workers_a_slice_per_turn() -> Non
     assert await gen.start_workers()
     await gen.run()
     turns.stop()
-    firsts: dict[int, int] = {}
-    for worker, turn in client.sent:
-        firsts.setdefault(worker, turn)
-    assert len(firsts) == 1000
-    assert _most_in_one_turn(list(firsts.items())) <= SLICE
+    firsts = _first_turns(client.sent)
+    assert len(firsts) == 1000 and _most_in_one_turn(firsts.values()) <= SLICE
     assert gen.state.release_turns == -(-1000 // SLICE)  # 16 turns of at most 64
     released, done = gen.state.barrier_released_ns, gen.state.release_ended_ns
     assert released is not None and done is not None and done >= released
@@ -179,11 +182,8 @@ async def test_workers_resumed_together_after_a_pause_go_in_slices() -> None:
     gen.resume()
     await run
     turns.stop()
-    firsts: dict[int, int] = {}  # each worker's first send after the resume
-    for worker, turn in client.sent[resumed_at:]:
-        firsts.setdefault(worker, turn)
-    assert len(firsts) == 500  # every worker sent again
-    assert _most_in_one_turn(list(firsts.items())) <= SLICE
+    firsts = _first_turns(client.sent[resumed_at:])  # each worker's first after the resume
+    assert len(firsts) == 500 and _most_in_one_turn(firsts.values()) <= SLICE
 
 
 async def test_a_jump_in_the_target_wakes_parked_workers_in_slices() -> None:
@@ -198,12 +198,8 @@ async def test_a_jump_in_the_target_wakes_parked_workers_in_slices() -> None:
     gen.set_concurrency(400)
     await run
     turns.stop()
-    woken = [(w, t) for w, t in client.sent[jumped_at:] if w != 0]
-    firsts: dict[int, int] = {}
-    for worker, turn in woken:
-        firsts.setdefault(worker, turn)
-    assert len(firsts) == 399
-    assert _most_in_one_turn(list(firsts.items())) <= SLICE
+    firsts = _first_turns((w, t) for w, t in client.sent[jumped_at:] if w != 0)
+    assert len(firsts) == 399 and _most_in_one_turn(firsts.values()) <= SLICE
 
 
 async def test_a_live_raise_starts_its_new_workers_in_slices() -> None:
@@ -218,13 +214,9 @@ async def test_a_live_raise_starts_its_new_workers_in_slices() -> None:
     await run
     turns.stop()
     new_warm_ups = client.warmed[warmed_before:]
-    assert len(new_warm_ups) == 390
-    assert max(new_warm_ups.count(t) for t in set(new_warm_ups)) <= SLICE
-    firsts: dict[int, int] = {}
-    for worker, turn in client.sent:
-        if worker >= 10:
-            firsts.setdefault(worker, turn)
-    assert len(firsts) == 390 and _most_in_one_turn(list(firsts.items())) <= SLICE
+    assert len(new_warm_ups) == 390 and _most_in_one_turn(new_warm_ups) <= SLICE
+    firsts = _first_turns((w, t) for w, t in client.sent if w >= 10)
+    assert len(firsts) == 390 and _most_in_one_turn(firsts.values()) <= SLICE
 
 
 @pytest.mark.parametrize(
