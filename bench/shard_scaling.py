@@ -58,7 +58,10 @@ import orjson
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
-SOAKTOP = str(Path(sys.executable).with_name("soaktop"))
+_SCRIPT = Path(sys.executable).with_name("soaktop")
+SOAKTOP = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "soak"]
+"""The installed ``soaktop``, else the checkout's own (a lent GPU machine runs the tree
+with its packages on PYTHONPATH, nothing installed: ``bench/device_check.sh``)."""
 TIME_FIELDS = ("sent_s", "end_s", "intended_s")
 """A journal line's instants (seconds from the run's origin); the rest are durations."""
 
@@ -170,7 +173,7 @@ def run_soaktop(
     row = Row(streams, shards, interval_ms, streams * 1000.0 / interval_ms)
     drain_s = tokens * interval_ms / 1000 + 30  # outlasts the longest request: no cut drain
     argv = [
-        SOAKTOP, "run", "--endpoint", url, "--model", "tiny", "--headless", "--no-gates",
+        *SOAKTOP, "run", "--endpoint", url, "--model", "tiny", "--headless", "--no-gates",
         "--no-nvml", "--concurrency", str(streams), "--shards", str(shards),
         "--duration", f"{seconds:g}", "--max-tokens", str(tokens), "--ignore-eos",
         "--out", str(out), "--drain-timeout", f"{drain_s:g}",
@@ -309,7 +312,7 @@ def merge_and_verify(run_dir: Path, seconds: float, keep: Path | None = None) ->
         (work / "record.json").unlink()
         for cmd in ("recover", "verify"):
             t0 = time.perf_counter()
-            out = subprocess.run([SOAKTOP, cmd, str(work)], capture_output=True, text=True)
+            out = subprocess.run([*SOAKTOP, cmd, str(work)], capture_output=True, text=True)
             wall = time.perf_counter() - t0
             said = (out.stdout or out.stderr).strip().splitlines()
             print(f"  soaktop {cmd}: {wall:.1f} s (exit {out.returncode}) {said[:1]}")

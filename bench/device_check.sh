@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The device checks of issue 17, as ONE run on a lent GPU machine (16 cores, an NVIDIA
+# GPU, Python 3.12, no network), sized to fit one command (~7 min) of a session's 15
+# minutes of device time:
+#   1. the real-NVML test (tests/core/test_nvml.py, marked gpu): memory, utilisation,
+#      temperature and the Xid event set read off a real GPU;
+#   2. bench/shard_scaling.py: 1, 2, 4 and 8 shards at 1,024 and 4,096 paced streams,
+#      10,000 streams at 1 token/s on 1 and 2 shards, and merge + verify of a stretched
+#      20-minute 4-shard journal (the 2-core machine cannot show what shards scale to).
+# Here first: `bash bench/device_wheels.sh` (fetches .whl/). Then, with the device tool:
+#   run(command="bash bench/device_check.sh", carry=[".whl"], timeout_s=540)
+# Everything lands in $OUT (machine.txt, nvml.txt, shard_scaling.txt).
+# SOAKTOP_DEVICE_QUICK=1 shrinks every row (a dry run of the script on any machine).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+if compgen -G ".whl/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/soaktop-site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/soaktop-site:$PWD
+else
+    export PYTHONPATH=$PWD
+fi
+{
+    echo "cores: $(nproc)"
+    nvidia-smi -L 2>&1 || echo "nvidia-smi: not here"
+    "$PY" --version
+    "$PY" -c 'import aiohttp, uvloop, pydantic, orjson; print("imports ok")'
+} >"$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+
+timeout 120 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu tests/core/test_nvml.py \
+    2>&1 | tee "$OUT/nvml.txt"
+
+if [[ ${SOAKTOP_DEVICE_QUICK:-0} == 1 ]]; then
+    rows=(--streams 256 --shards 1,2 --seconds 4 --many 500 --many-tokens 8 --many-seconds 8
+        --hour-seconds 120)
+else
+    rows=(--streams 1024,4096 --shards 1,2,4,8 --seconds 10 --many-tokens 30
+        --many-seconds 30 --hour-seconds 1200)
+fi
+timeout 420 "$PY" bench/shard_scaling.py "${rows[@]}" 2>&1 | tee "$OUT/shard_scaling.txt"
+echo "device_check: files in $OUT"
