@@ -13,8 +13,10 @@ runs its timers, so the first requests' answers are read while the later ones ar
 sent. The sends are no later in all than one turn would have made them (the same work,
 in order), and each request's ``sent_ns`` is taken at its own send, so the record times
 what happened. The workers that resume together after a pause, or wake together when
-the target concurrency jumps, pass the same gate. A steady load's next request never
-passes it; a lone worker's wait in it is one loop turn.
+the target concurrency jumps, pass the same gate, and so do requests that end together:
+a steady load's next request goes at once (:meth:`SlicedStart.admit_now`, a count)
+unless a slice was already sent in that turn. A lone worker's wait in the gate is one
+loop turn.
 """
 
 from __future__ import annotations
@@ -48,11 +50,28 @@ class SlicedStart:
         """Waiters let go so far."""
         self.emptied_ns: int | None = None
         """``perf_counter_ns`` when the gate last let its last waiter go."""
+        self._admitted = 0
+        """Sends :meth:`admit_now` let through in this loop turn."""
 
     @property
     def waiting(self) -> int:
         """Workers waiting for their slice now."""
         return len(self._waiting)
+
+    def admit_now(self) -> bool:
+        """A steady load's next request: True (go now) unless this loop turn already
+        sent a slice or workers wait in the gate — then the caller waits its turn in
+        :meth:`enter`. Requests that end together (a server that paces every stream on
+        one clock ends many in one turn) thus restart a slice per turn as well."""
+        if self._admitted >= self.per_turn or self._waiting:
+            return False
+        if not self._admitted:  # the first this turn: the count starts again next turn
+            asyncio.get_running_loop().call_soon(self._next_turn)
+        self._admitted += 1
+        return True
+
+    def _next_turn(self) -> None:
+        self._admitted = 0
 
     async def enter(self) -> None:
         """Wait for this worker's slice. A cancelled waiter leaves its place to the next."""

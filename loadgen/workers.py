@@ -355,6 +355,8 @@ class LoadGenerator:
             self._released_one()
         prefix = self.plan.request_id_prefix
         plan_request = self._plan_request
+        gate = self._start_gate
+        through_gate = True  # it just came through the gate: its send needs no count
         fast_failures = 0
         while True:
             # Both waits are checked again after either: a worker woken from its park
@@ -366,8 +368,14 @@ class LoadGenerator:
                 else:
                     await self._park(index)
                 if not self._stop.is_set():
-                    await self._start_gate.enter()
+                    await gate.enter()
+                    through_gate = True
                 continue
+            if not through_gate and not gate.admit_now():  # this turn sent its slice
+                await gate.enter()
+                through_gate = True
+                continue  # paused, parked or stopped meanwhile?
+            through_gate = False
             if (seq := self._next_seq()) is None:
                 break
             req = plan_request(index, seq)

@@ -99,6 +99,17 @@ async def test_a_cancelled_waiter_takes_no_place_in_its_slice() -> None:
     assert gate.let_go == 3
 
 
+async def test_a_steady_send_goes_at_once_until_its_turn_has_sent_a_slice() -> None:
+    gate = SlicedStart(per_turn=3)
+    assert [gate.admit_now() for _ in range(4)] == [True, True, True, False]
+    await asyncio.sleep(0)  # the next loop turn: a new count
+    assert gate.admit_now()
+    waiter = asyncio.create_task(gate.enter())
+    await asyncio.sleep(0)
+    assert gate.waiting == 1 and not gate.admit_now()  # no overtaking those who wait
+    await waiter
+
+
 def test_a_slice_of_nothing_is_refused() -> None:
     with pytest.raises(ValueError, match="per_turn must be >= 1, not 0"):
         SlicedStart(per_turn=0)
@@ -231,3 +242,44 @@ def test_the_same_on_the_loop_the_runner_uses(case: Any) -> None:
     """The runner's loop is uvloop where it exists (loadgen.eventloop): its turns must
     hold a slice each and poll the sockets between them as asyncio's do."""
     eventloop.run(case())
+
+
+class _EndTogether:
+    """Every worker's first request ends in the same loop turn (a server that paces all
+    its streams on one clock); the later ones wait until the test lets them end."""
+
+    max_connections = 4096
+
+    def __init__(self, turns: _Turns) -> None:
+        self.turns = turns
+        self.first_end = asyncio.Event()
+        self.later_end = asyncio.Event()
+        self.sent: list[tuple[int, int]] = []
+
+    async def warm_connection(self, url: str) -> None:
+        return None
+
+    async def stream_into(self, result: RequestResult, url: str, body: bytes) -> RequestResult:
+        first = all(w != result.worker for w, _ in self.sent)
+        self.sent.append((result.worker, self.turns.n))
+        await (self.first_end if first else self.later_end).wait()
+        result.status = 200
+        return result
+
+
+async def test_requests_that_end_together_restart_a_slice_per_turn() -> None:
+    turns = _Turns()
+    client = _EndTogether(turns)
+    gen = _generator(client, 300, 0.5)  # type: ignore[arg-type]
+    assert await gen.start_workers()
+    run = asyncio.create_task(gen.run())
+    await asyncio.sleep(0.1)
+    assert len(client.sent) == 300
+    client.first_end.set()  # all 300 first requests end in one turn...
+    await asyncio.sleep(0.1)
+    again = client.sent[300:]
+    assert len({w for w, _ in again}) == 300  # ...each worker sent its next one...
+    assert _most_in_one_turn(t for _, t in again) <= SLICE  # ...a slice per turn
+    client.later_end.set()
+    await run
+    turns.stop()
