@@ -36,7 +36,7 @@ the order within the levels costs it nothing (a clean step after the 6th of 16 w
 p ≈ 0.0015), and p < :data:`ALPHA_LARGE` there admits it through the same door. A step
 whose onset falls inside a window takes two windows (part of it, then the rest), and the
 whole series' differences count its second jump as scatter: the garbage-after soak of a
-CI run (2026-12-04) was 5.92 standard errors clear of that scatter, 10 clear of the
+CI run (2026-12-04) was 5.92 standard errors clear of that scatter, about 10 clear of the
 scatter within its two levels. So the step door is also asked when the change is
 :data:`NOISE_Z_LARGE` clear of the scatter measured within the levels either side of
 Pettitt's split (:func:`pettitt_split`), none of the differences across it; choosing the
@@ -270,7 +270,11 @@ def noise_sd(y: Floats) -> float:
     shrugs off the one big difference of a step, so a trend does not count as noise."""
     if len(y) < 3:
         return 0.0
-    d = np.diff(y)
+    return _differences_sd(np.diff(y))
+
+
+def _differences_sd(d: Floats) -> float:
+    """One window's scatter from first differences ``d``: 1.4826 · MAD(d) / √2."""
     return 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2.0)
 
 
@@ -295,9 +299,7 @@ def _within_levels_sd(x: Floats, split: int) -> float:
     """:func:`noise_sd` from the differences inside ``x[:split]`` and inside
     ``x[split:]``: the scatter of each level about itself, the step between them left out."""
     d = np.concatenate((np.diff(x[:split]), np.diff(x[split:])))
-    if len(d) < 2:
-        return 0.0
-    return 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2.0)
+    return _differences_sd(d) if len(d) >= 2 else 0.0
 
 
 @dataclass(frozen=True)
