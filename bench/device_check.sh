@@ -5,8 +5,9 @@
 #   1. the real-NVML test (tests/core/test_nvml.py, marked gpu): memory, utilisation,
 #      temperature and the Xid event set read off a real GPU;
 #   2. bench/shard_scaling.py: 1, 2, 4 and 8 shards at 1,024 and 4,096 paced streams,
-#      10,000 streams at 1 token/s on 1 and 2 shards, and merge + verify of a stretched
-#      20-minute 4-shard journal (the 2-core machine cannot show what shards scale to).
+#      10,000 streams at 1 token/s on 1 and 2 shards, and merge + verify of the 8-shard
+#      row's journal stretched to 20 minutes (the 2-core machine cannot show what shards
+#      scale to).
 # Here first: `bash bench/device_wheels.sh` (fetches .whl/). Then, with the device tool:
 #   run(command="bash bench/device_check.sh", carry=[".whl"], timeout_s=540)
 # Everything lands in $OUT (machine.txt, nvml.txt, shard_scaling.txt).
