@@ -22,7 +22,6 @@ loop turn.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from typing import Final
 
@@ -48,8 +47,6 @@ class SlicedStart:
         """Turns that let at least one waiter go."""
         self.let_go = 0
         """Waiters let go so far."""
-        self.emptied_ns: int | None = None
-        """``perf_counter_ns`` when the gate last let its last waiter go."""
         self._admitted = 0
         """Sends :meth:`admit_now` let through in this loop turn."""
 
@@ -102,8 +99,6 @@ class SlicedStart:
             asyncio.get_running_loop().call_soon(self._turn)
         else:
             self._turn_scheduled = False
-            if n:
-                self.emptied_ns = time.perf_counter_ns()
 
 
 def release_words(workers: int, turns: int, spread_s: float) -> str:
