@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from loadgen.arrivals import RateCurve, arrival_offsets, curve_draws, curve_offsets
 from loadgen.client import StreamClient
@@ -116,9 +117,7 @@ class SteadyLoad:
                 "barrier",
                 f"{gs.workers_started}/{plan.concurrency} {what} started in {wait_s:.2f} s",
                 "info" if all_started else "error",
-                workers_started=gs.workers_started,
-                requested=plan.concurrency,
-                failures={st.redactor.text(k): n for k, n in gs.start_failures.items()},
+                **self._barrier_data(gen),
             )
             if all_started and st.stop_asked is None:
                 await self._released(gen)
@@ -193,12 +192,19 @@ class SteadyLoad:
         st.events.emit(
             "barrier",
             release_words(gs.workers_started, gs.release_turns, spread_s),
-            workers_started=gs.workers_started,
-            requested=gen.plan.concurrency,
-            failures={st.redactor.text(k): n for k, n in gs.start_failures.items()},
+            **self._barrier_data(gen),
             release_s=round(spread_s, 4),
             release_turns=gs.release_turns,
         )
+
+    def _barrier_data(self, gen: LoadGenerator) -> dict[str, Any]:
+        """A ``barrier`` event's data (``BarrierData``: what ``recover`` reads back)."""
+        gs, scrub = gen.state, self.parts.state.redactor.text
+        return {
+            "workers_started": gs.workers_started,
+            "requested": gen.plan.concurrency,
+            "failures": {scrub(k): n for k, n in gs.start_failures.items()},
+        }
 
     def _on_issue_end(self) -> None:
         gen = self.parts.state.gen
