@@ -42,6 +42,7 @@ from soak.record.journal import (
 from soak.record.models import EXIT_STORAGE, EXIT_USAGE, EndpointIdentity, write_atomic
 from soak.record.redact import Redactor
 from soak.run.config import RunConfig
+from soak.run.fd_limit import fd_problem
 from soak.run.finalize import finalize_run
 from soak.run.identity import probe_all
 from soak.run.metrics_export import (
@@ -215,6 +216,10 @@ async def start(config: RunConfig, lifeline_fd: int | None = None) -> int:
         tls.configure(tls.TlsFiles.of(config))
     except tls.TlsError as e:
         print(f"soaktop: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    fds = fd_problem(config)  # before any request: a hard limit the streams cannot fit in
+    if fds is not None:
+        print(f"soaktop: {fds}", file=sys.stderr)
         return EXIT_USAGE
     endpoints = await probe_all(
         config.endpoints, auth_headers(config), config.connect_timeout_s, config.engine
