@@ -21,8 +21,15 @@ Lengths: ``--length-spread F`` (0 ≤ F < 1) ends each streamed answer at its EO
 uniform draw up to F × ``max_tokens`` short (the last chunk says ``finish_reason: stop``),
 as a model's answers vary; 0 (the default) sends ``max_tokens`` every time.
 
+Processes: ``--procs N`` (default 1) serves from N processes, each with its own loop,
+ticker and listening socket on the one port (``SO_REUSEPORT``: the kernel spreads the
+connections). One process writes about 100k one-token events a second on this host's
+cores, so a client with cores of its own needs a server with more than one; the helpers
+are forked before any loop exists, post their counts every 0.1 s to a shared board that
+``/bench/stats`` sums, and end with the first process (its SIGTERM, or its death).
+
 Run: ``python bench/fast_server.py --port 8000 --token-interval-ms 20``; it prints
-``READY <port>`` once listening.
+``READY <port>`` once every process listens.
 """
 
 from __future__ import annotations
@@ -30,11 +37,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import mmap
 import os
 import random
+import resource
 import signal
+import socket
+import struct
 import sys
 import time
+import traceback
 from typing import Any
 
 import orjson
@@ -145,6 +157,33 @@ class Stats:
         self.tokens = 0
 
 
+POST_S = 0.1
+"""How often a server process posts its counts to the board (``--procs`` above 1)."""
+
+
+class StatsBoard:
+    """The processes' counts in one anonymous shared mapping made before the fork: each
+    process posts its own slot every ``POST_S`` (never per token: the hot path only bumps
+    its own ``Stats``), and ``/bench/stats`` sums the slots."""
+
+    FIELDS = 4
+
+    def __init__(self, procs: int) -> None:
+        self.procs, self.slot = procs, 0
+        self.mem = mmap.mmap(-1, 8 * self.FIELDS * procs)
+
+    def post(self, stats: Stats) -> None:
+        values = (stats.active, stats.started, stats.finished, stats.tokens)
+        struct.pack_into("4q", self.mem, 8 * self.FIELDS * self.slot, *values)
+
+    def sums(self, own: tuple[int, ...]) -> tuple[int, ...]:
+        rows = [
+            own if i == self.slot else struct.unpack_from("4q", self.mem, 8 * self.FIELDS * i)
+            for i in range(self.procs)
+        ]
+        return tuple(sum(col) for col in zip(*rows, strict=True))
+
+
 class Stream:
     """One in-flight paced response."""
 
@@ -171,14 +210,25 @@ class Stream:
 
 
 class Server:
-    def __init__(self, interval_s: float, length_spread: float = 0.0) -> None:
+    def __init__(
+        self, interval_s: float, length_spread: float = 0.0, board: StatsBoard | None = None
+    ) -> None:
         self.interval_s = interval_s
         self.length_spread = length_spread
-        self.rng = random.Random(11)
+        self.rng = random.Random(11 + (board.slot if board else 0))
         self.stats = Stats()
+        self.board = board
         self.chat = Encoded(chat=True)
         self.completions = Encoded(chat=False)
         self.active: list[Stream] = []
+
+    def totals(self) -> dict[str, int]:
+        """Every server process's counts summed (this one's live, the others' as last
+        posted, at most ``POST_S`` old)."""
+        st = self.stats
+        own = (st.active, st.started, st.finished, st.tokens)
+        sums = self.board.sums(own) if self.board else own
+        return dict(zip(("active", "started", "finished", "tokens"), sums, strict=True))
 
     async def ticker(self) -> None:
         """Paced mode: every tick, each active stream gets one token (its own write)."""
@@ -300,17 +350,7 @@ class Conn(asyncio.Protocol):
             elif path == b"/health":
                 self.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
             elif path == b"/bench/stats":
-                st = srv.stats
-                self.write(
-                    _json_response(
-                        {
-                            "active": st.active,
-                            "started": st.started,
-                            "finished": st.finished,
-                            "tokens": st.tokens,
-                        }
-                    )
-                )
+                self.write(_json_response(srv.totals()))
             else:
                 self.write(_json_response({"error": {"message": "not found"}}, "404 Not Found"))
             return
@@ -342,7 +382,50 @@ class Conn(asyncio.Protocol):
         srv.start_stream(self, srv.chat if chat else srv.completions, n, include_usage, pt)
 
 
-async def main() -> None:
+def _listen(host: str, port: int, shared_port: bool) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if shared_port:  # each process its own socket on one port: the kernel spreads connections
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(4096)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(args: argparse.Namespace, sock: socket.socket, board: StatsBoard | None) -> None:
+    """One server process: its own loop, ticker and streams on its own listening socket;
+    it runs until SIGTERM or SIGINT (or, for a helper process, until the first is gone)."""
+    server = Server(args.token_interval_ms / 1000.0, args.length_spread, board)
+    loop = asyncio.get_running_loop()
+    srv = await loop.create_server(lambda: Conn(server), sock=sock)
+    ticker = asyncio.create_task(server.ticker()) if server.interval_s > 0 else None
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    poster = asyncio.create_task(_post(server, board, stop)) if board else None
+    if board is None or board.slot == 0:
+        print(f"READY {sock.getsockname()[1]} pid={os.getpid()}", flush=True)
+    await stop.wait()
+    for task in (ticker, poster):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    srv.close()
+    sys.stdout.flush()
+
+
+async def _post(server: Server, board: StatsBoard, stop: asyncio.Event) -> None:
+    parent = os.getppid()
+    while True:
+        board.post(server.stats)
+        if board.slot and os.getppid() != parent:  # the first process is gone: so is this
+            stop.set()
+        await asyncio.sleep(POST_S)
+
+
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
@@ -354,26 +437,65 @@ async def main() -> None:
         help="streamed answers end at EOS (finish 'stop') up to this share short of "
         "max_tokens, uniformly (0: every answer is max_tokens long, finish 'length')",
     )
+    ap.add_argument(
+        "--procs", type=int, default=1,
+        help="server processes on the one port (SO_REUSEPORT), each with its own ticker: "
+        "a machine with spare cores needs a server one core cannot carry",
+    )  # fmt: skip
     args = ap.parse_args()
     if not 0.0 <= args.length_spread < 1.0:
         ap.error(f"--length-spread {args.length_spread}: allowed 0 <= F < 1")
-    server = Server(args.token_interval_ms / 1000.0, args.length_spread)
-    loop = asyncio.get_running_loop()
-    srv = await loop.create_server(lambda: Conn(server), args.host, args.port, backlog=4096)
-    port = srv.sockets[0].getsockname()[1]
-    ticker = asyncio.create_task(server.ticker()) if server.interval_s > 0 else None
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"READY {port} pid={os.getpid()}", flush=True)
-    await stop.wait()
-    if ticker is not None:
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
-    srv.close()
-    sys.stdout.flush()
+    if args.procs < 1:
+        ap.error(f"--procs {args.procs}: allowed 1 or more")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft < want:  # a connection a stream: a shell's 1,024 would stop the bench there
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    shared = args.procs > 1
+    sock = _listen(args.host, args.port, shared)
+    board = StatsBoard(args.procs) if shared else None
+    helpers = [_fork_helper(args, sock, board, slot) for slot in range(1, args.procs)]
+    try:
+        asyncio.run(serve(args, sock, board))
+    finally:
+        for pid in helpers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in helpers:
+            os.waitpid(pid, 0)
+
+
+def _fork_helper(
+    args: argparse.Namespace, first: socket.socket, board: StatsBoard | None, slot: int
+) -> int:
+    """Fork a helper server process (before any loop or thread exists here) with its own
+    socket on ``first``'s port; it returns only once the helper listens, so READY means
+    every process takes connections."""
+    assert board is not None
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the helper
+        os.close(ready_r)
+        port = first.getsockname()[1]
+        first.close()  # the first process's own: a helper holding it would strand its queue
+        board.slot = slot
+        sock = _listen(args.host, port, True)
+        os.write(ready_w, b"1")
+        os.close(ready_w)
+        code = 0
+        try:
+            asyncio.run(serve(args, sock, board))
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        os._exit(code)  # never the parent's cleanup (its helpers, its atexit)
+    os.close(ready_w)
+    if os.read(ready_r, 1) != b"1":
+        raise SystemExit(f"fast_server: helper {slot} did not start")
+    os.close(ready_r)
+    return pid
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
