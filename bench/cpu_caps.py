@@ -1,7 +1,7 @@
 """Give each measuring process of a ``soaktop run`` its own slice of CPU, as a stand-in for
 its own core, where the machine has too few cores to give it a real one (bench only).
 
-``bench/shard_scaling.py --cpu-per-shard 0.5`` asks: do N shards carry N times what one
+``bench/shard_scaling.py --cpu-per-shard 0.25`` asks: do N shards carry N times what one
 carries when each has the CPU one has? On a machine with spare cores each shard gets a
 core. On this 2-core machine the server and the shards share both cores, so an uncapped
 row can only show how the cores were split. Capping each shard at the same share of one
@@ -17,8 +17,11 @@ lag and the latencies include (the row prints how often the cap bit).
 
 Which processes: with one shard the runner measures, so the runner goes in one group;
 with N shards each ``soak.run.shard_main`` child of the runner gets a group of its own.
-The CLI process, the coordinator (the sharded runner) and the metrics parser stay
-uncapped; their CPU is printed beside the shards'. A process joins its group within a
+The CLI process, the coordinator (the sharded runner) and the metrics parser (moved back
+out when it starts inside the 1-shard runner's group: it serves the coordinator's side)
+stay uncapped; their CPU is printed beside the shards'. It is the same work a 1-shard
+runner does inside its own budget (snapshots, events, the record), which is why two
+shards can carry a little more than twice what one does. A process joins its group within a
 poll (20 ms) of starting, long before the barrier opens; its later threads and children
 inherit the group.
 
