@@ -20,7 +20,7 @@ with N shards each ``soak.run.shard_main`` child of the runner gets a group of i
 The CLI process, the coordinator (the sharded runner) and the metrics parser (moved back
 out when it starts inside the 1-shard runner's group: it serves the coordinator's side)
 stay uncapped; their CPU is printed beside the shards'. It is the same work a 1-shard
-runner does inside its own budget (snapshots, events, the record), which is why two
+runner does inside its own budget (snapshots, events, the record): one reason two
 shards can carry a little more than twice what one does. A process joins its group within a
 poll (20 ms) of starting, long before the barrier opens; its later threads and children
 inherit the group.
