@@ -475,16 +475,16 @@ def _fork_helper(
     assert board is not None
     ready_r, ready_w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the helper
-        os.close(ready_r)
-        port = first.getsockname()[1]
-        first.close()  # the first process's own: a helper holding it would strand its queue
-        board.slot = slot
-        sock = _listen(args.host, port, True)
-        os.write(ready_w, b"1")
-        os.close(ready_w)
+    if pid == 0:  # the helper: whatever happens, it never returns into the parent's code
         code = 0
         try:
+            os.close(ready_r)
+            port = first.getsockname()[1]
+            first.close()  # the first process's: a helper holding it would strand its queue
+            board.slot = slot
+            sock = _listen(args.host, port, True)
+            os.write(ready_w, b"1")
+            os.close(ready_w)
             asyncio.run(serve(args, sock, board))
         except BaseException:
             traceback.print_exc()
