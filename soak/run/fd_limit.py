@@ -22,7 +22,7 @@ import math
 import resource
 from typing import TYPE_CHECKING, Final
 
-from soak.run.config_arrival import default_max_in_flight
+from soak.run.steady_load import in_flight_cap
 
 if TYPE_CHECKING:
     from soak.run.config import RunConfig
@@ -37,16 +37,15 @@ contract gate's connections (at most ``probe_concurrency``, 64). Measured with n
 def streams_in_one_process(cfg: RunConfig) -> tuple[int, str]:
     """The most streams one process of this host holds, and the option that sets it in
     words: a closed loop's workers (its peak step's), an open loop's cap on requests in
-    flight (or its warmed connections, if more), split evenly over local shards; none
-    here when a Ray cluster holds the shards."""
+    flight (:func:`~soak.run.steady_load.in_flight_cap`; a replay's only when given), or
+    its warmed connections if more, split evenly over local shards; none here when a Ray
+    cluster holds the shards."""
     streams, option = cfg.concurrency, f"concurrency = {cfg.concurrency}"
-    if cfg.arrival != "closed":
-        cap = cfg.max_in_flight
-        if cap is None and cfg.rate is not None and cfg.arrival != "trace":
-            cap = default_max_in_flight(cfg.rate * cfg.turns)  # steady_load's default
-        if cap is not None and cap > streams:
-            given = "" if cfg.max_in_flight is not None else " (the default for the rate)"
-            streams, option = cap, f"max_in_flight = {cap}{given}"
+    # The load's own cap; a replay's default comes from its whole trace, not read twice.
+    cap = cfg.max_in_flight if cfg.arrival == "trace" else in_flight_cap(cfg)
+    if cap is not None and cap > streams:
+        given = "" if cfg.max_in_flight is not None else " (the default for the rate)"
+        streams, option = cap, f"max_in_flight = {cap}{given}"
     if cfg.ray is not None:
         return 0, option
     if cfg.shards > 1:
