@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -62,7 +62,6 @@ class CapGroup:
 
     name: str
     share: float
-    pids: set[int] = field(default_factory=set)
 
     @property
     def cpu_dir(self) -> Path:
@@ -82,7 +81,6 @@ class CapGroup:
         """Move ``pid`` (every thread of it) into the group; its later children follow."""
         for d in (self.cpu_dir, self.acct_dir):
             (d / "cgroup.procs").write_text(str(pid))
-        self.pids.add(pid)
 
     def cpu_s(self) -> float:
         """CPU seconds the group's processes used since they joined."""
@@ -115,7 +113,7 @@ class ShardCaps:
         self.shards, self.share = shards, share
         self.groups: list[CapGroup] = []
         self._root = root_pid
-        self._placed: dict[int, CapGroup] = {}
+        self._placed: set[int] = set()  # the measuring processes given a group
         self._seen_cpu: dict[int, float] = {}  # each uncapped process's last CPU seconds
         self._t0 = time.monotonic()
         self._stop = threading.Event()
@@ -147,7 +145,7 @@ class ShardCaps:
                 self.groups.append(group)
                 for p in (proc, *_children(proc)):  # any it started before it joined
                     group.join(p.pid)
-                self._placed[proc.pid] = group
+                self._placed.add(proc.pid)
             self._sample_cpu(tree)
 
     def _sample_cpu(self, tree: list[psutil.Process]) -> None:
