@@ -124,12 +124,21 @@ class _Instant:
         self.turns = turns
         self.sent: list[tuple[int, int]] = []  # (worker, turn)
         self.warmed: list[int] = []  # the turn of each warm-up
+        self._expected, self._seen, self._all_sent = 0, set[int](), asyncio.Event()
+
+    def expect(self, workers: int) -> asyncio.Event:
+        """An event set once ``workers`` distinct workers have sent from now on."""
+        self._expected, self._seen, self._all_sent = workers, set(), asyncio.Event()
+        return self._all_sent
 
     async def warm_connection(self, url: str) -> None:
         self.warmed.append(self.turns.n)
 
     async def stream_into(self, result: RequestResult, url: str, body: bytes) -> RequestResult:
         self.sent.append((result.worker, self.turns.n))
+        self._seen.add(result.worker)
+        if self._expected and len(self._seen) >= self._expected:
+            self._all_sent.set()
         await asyncio.sleep(0.01)
         result.status = 200
         return result
@@ -157,6 +166,13 @@ def _first_turns(sent: Iterable[tuple[int, int]]) -> dict[int, int]:
     return firsts
 
 
+async def _stop_once_all_sent(gen: LoadGenerator, all_sent: asyncio.Event) -> None:
+    """End the issue window once every worker has sent (:meth:`_Instant.expect`): the
+    window is a bound, not the test's clock, so a slow host cannot cut a release short."""
+    await all_sent.wait()
+    gen.stop_issuing("every worker sent")
+
+
 def _most_in_one_turn(turns: Iterable[int]) -> int:
     """The most sends that shared one loop turn."""
     return max(Counter(turns).values())
@@ -165,11 +181,13 @@ def _most_in_one_turn(turns: Iterable[int]) -> int:
 async def test_the_barrier_releases_a_thousand_workers_a_slice_per_turn() -> None:
     turns = _Turns()
     client = _Instant(turns)
-    gen = _generator(client, 1000, 0.3)
+    gen = _generator(client, 1000, 30.0)
     ended: list[int | None] = []
     gen.on_release_end = lambda: ended.append(gen.state.release_ended_ns)
     assert await gen.start_workers()
-    await gen.run()
+    stopper = asyncio.create_task(_stop_once_all_sent(gen, client.expect(1000)))
+    await asyncio.wait_for(gen.run(), 60)
+    stopper.cancel()
     turns.stop()
     firsts = _first_turns(client.sent)
     assert len(firsts) == 1000 and _most_in_one_turn(firsts.values()) <= SLICE
@@ -182,7 +200,7 @@ async def test_the_barrier_releases_a_thousand_workers_a_slice_per_turn() -> Non
 async def test_workers_resumed_together_after_a_pause_go_in_slices() -> None:
     turns = _Turns()
     client = _Instant(turns)
-    gen = _generator(client, 500, 1.0)
+    gen = _generator(client, 500, 30.0)
     assert await gen.start_workers()
     run = asyncio.create_task(gen.run())
     await asyncio.sleep(0.2)
@@ -190,7 +208,9 @@ async def test_workers_resumed_together_after_a_pause_go_in_slices() -> None:
     await asyncio.sleep(0.1)  # every in-flight request ended: all 500 wait
     resumed_at = len(client.sent)
     gen.resume()
-    await run
+    stopper = asyncio.create_task(_stop_once_all_sent(gen, client.expect(500)))
+    await asyncio.wait_for(run, 60)
+    stopper.cancel()
     turns.stop()
     firsts = _first_turns(client.sent[resumed_at:])  # each worker's first after the resume
     assert len(firsts) == 500 and _most_in_one_turn(firsts.values()) <= SLICE
